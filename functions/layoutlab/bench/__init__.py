@@ -1,0 +1,1 @@
+"""Access benchmarks: patterns, readers, cold single-core runner, request accounting."""

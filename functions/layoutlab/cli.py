@@ -1,0 +1,55 @@
+"""The ``layoutlab`` command line.
+
+Subcommands live in ``layoutlab.commands``; each module registers itself.
+Errors a user can fix (bad input, missing files) are raised as
+``layoutlab.errors.UserError`` and printed as one line naming the file and the
+reason, with exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from layoutlab import __version__, commands
+from layoutlab.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="layoutlab",
+        description=(
+            "Make Earth-science arrays (HDF5 / NetCDF-4 / Zarr) fast to read from "
+            "object storage, and measure it."
+        ),
+        epilog="Run 'layoutlab COMMAND --help' for the options of one command.",
+    )
+    parser.add_argument("--version", action="version", version=f"layoutlab {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{module_info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.func(args)
+    except UserError as error:
+        print(f"layoutlab {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"layoutlab {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What a file is and how cloud-ready it is (sniffing, inspection)."""

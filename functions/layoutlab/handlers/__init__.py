@@ -1,0 +1,1 @@
+"""Thin Lambda / Fargate entry points. The work lives in the other subpackages."""

@@ -1,0 +1,1 @@
+"""From results to a decision: recommendation, cost model, report, dashboard body."""

@@ -1,0 +1,1 @@
+"""Result records: schema, DynamoDB store, queries."""

@@ -1,0 +1,23 @@
+"""Suite-wide safety: no test may reach a real AWS account.
+
+Fake credentials and a fixed region are set before any test runs; tests that
+need S3, DynamoDB or Step Functions use the local cloud on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+
+for name, value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+}.items():
+    os.environ[name] = value
+for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    os.environ.pop(name, None)
