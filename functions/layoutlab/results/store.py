@@ -110,6 +110,25 @@ class ResultsStore:
     def put_run(self, dataset_id: str, **fields) -> dict:
         return self._put({PK: dataset_pk(dataset_id), SK: "RUN", "kind": "RUN", "dataset": dataset_id, **fields})
 
+    def create_run(self, dataset_id: str, **fields) -> bool:
+        """Write the RUN item only if the dataset has none; False when it already had one."""
+        item = {PK: dataset_pk(dataset_id), SK: "RUN", "kind": "RUN", "dataset": dataset_id, **fields}
+        try:
+            self.table.put_item(Item=to_dynamo(item), ConditionExpression="attribute_not_exists(pk)")
+        except self.table.meta.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def update_run(self, dataset_id: str, **fields) -> None:
+        """Set fields on the RUN item (status, finished, ...)."""
+        names = {f"#f{i}": k for i, k in enumerate(fields)}
+        values = {f":v{i}": to_dynamo(v) for i, v in enumerate(fields.values())}
+        self.table.update_item(
+            Key={PK: dataset_pk(dataset_id), SK: "RUN"},
+            UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields))),
+            ExpressionAttributeNames=names, ExpressionAttributeValues=values,
+        )
+
     def put_variant(self, dataset_id: str, variant: str, **fields) -> dict:
         return self._put(
             {PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}", "kind": "VARIANT",
