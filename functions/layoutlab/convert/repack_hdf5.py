@@ -429,9 +429,9 @@ class _Repacker:
 
     def _copy_decoded(self, src: h5py.Dataset, dst: h5py.Dataset, new_chunks):
         for selection in _blocks(src.shape, new_chunks or src.chunks, src.dtype.itemsize):
-            moved = _copy_selection(src, dst, selection)
-            if self.progress:
-                self.progress(moved)
+            _copy_selection(src, dst, selection)
+        if self.progress:
+            self.progress(src.id.get_storage_size())  # progress counts stored (source) bytes
 
     # --- references -------------------------------------------------------------
 
