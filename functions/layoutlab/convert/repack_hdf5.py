@@ -197,6 +197,8 @@ class _Repacker:
         self.deferred_attrs = []  # (source object path, attribute name): values hold references
         self.deferred_datasets = []  # source dataset paths whose values hold references
         self.userblock = b""
+        self.scale_objects = {}  # address -> source dimension scale
+        self.dimension_lengths = {}  # address of a dimension scale -> its current length
 
     def __enter__(self):
         self.src = h5py.File(self.src_path, "r", rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=100_003)
@@ -346,12 +348,18 @@ class _Repacker:
             self.summary.compact_to_contiguous.append(path)
         new_maxshape = maxshape
         if is_simple and any(m is None for m in maxshape):
+            shape = self._current_extent(src, shape, maxshape)
             if all(n > 0 for n in shape):
                 new_maxshape = tuple(shape)
                 self.summary.unlimited_fixed.append(path)
             else:  # a zero-length dimension cannot be fixed with a chunked layout; nothing to page anyway
                 self.summary.unlimited_kept.append(path)
-        if layout == h5py.h5d.CHUNKED and is_simple:
+        if layout == h5py.h5d.CHUNKED and is_simple and math.prod(src.shape) == 0:
+            # Nothing stored: keep the chunk shape, shrunk to fit fixed dimensions.
+            new_chunks = tuple(c if m is None else min(c, m) for c, m in zip(src.chunks, new_maxshape))
+            if new_chunks != src.chunks:
+                dcpl.set_chunk(new_chunks)
+        elif layout == h5py.h5d.CHUNKED and is_simple:
             new_chunks = self._choose_chunks(src, path, new_maxshape)
             if new_chunks != src.chunks:
                 dcpl.set_chunk(new_chunks)
@@ -379,6 +387,42 @@ class _Repacker:
             self._copy_raw_chunks(src, dst)
         else:
             self._copy_decoded(src, dst, new_chunks)
+
+    def _current_extent(self, src: h5py.Dataset, shape, maxshape) -> tuple[int, ...]:
+        """Each unlimited axis at its current size: the dataset's own or, if longer, that of the
+        dimension scale on the axis. NetCDF variables may be shorter than an unlimited
+        dimension (the rest reads as fill) but not than a fixed one."""
+        new = list(shape)
+        scales = self._attached_scales(src)
+        for axis, limit in enumerate(maxshape):
+            if limit is None:
+                for key in scales.get(axis, ()):
+                    new[axis] = max(new[axis], self._dimension_length(key))
+        return tuple(new)
+
+    def _attached_scales(self, src: h5py.Dataset) -> dict[int, list]:
+        attrs = src.attrs
+        if attrs.get("CLASS") == b"DIMENSION_SCALE":
+            key = _address(src)
+            self.scale_objects.setdefault(key, src)
+            return {0: [key]}
+        if "DIMENSION_LIST" not in attrs:
+            return {}
+        scales: dict[int, list] = {}
+        for axis, refs in enumerate(attrs["DIMENSION_LIST"]):
+            for ref in refs:
+                if ref:
+                    scale = self.src[ref]
+                    key = _address(scale)
+                    self.scale_objects.setdefault(key, scale)
+                    scales.setdefault(axis, []).append(key)
+        return scales
+
+    def _dimension_length(self, key) -> int:
+        if key not in self.dimension_lengths:
+            scale = self.scale_objects[key]
+            self.dimension_lengths[key] = max(scale.shape[0] if scale.shape else 0, _scale_length(scale))
+        return self.dimension_lengths[key]
 
     def _choose_chunks(self, src: h5py.Dataset, path, new_maxshape) -> tuple[int, ...]:
         shape, chunks = src.shape, src.chunks
@@ -479,6 +523,17 @@ class _Repacker:
             region = h5py.h5r.get_region(ref, self.src.id)
             return h5py.h5r.create(self.dst.id, dst_path.encode(), h5py.h5r.DATASET_REGION, region)
         return self.dst[dst_path].ref
+
+
+def _scale_length(scale: h5py.Dataset) -> int:
+    """Longest extent among the dataset dimensions a dimension scale is attached to (0 if none)."""
+    if scale.attrs.get("CLASS") != b"DIMENSION_SCALE" or "REFERENCE_LIST" not in scale.attrs:
+        return 0
+    length = 0
+    for entry in scale.attrs["REFERENCE_LIST"]:
+        target = scale.file[entry[0]]
+        length = max(length, target.shape[int(entry[1])] if target.shape else 0)
+    return length
 
 
 def _address(obj) -> tuple[int, int]:
@@ -650,7 +705,13 @@ def _compare_attrs(a, b, problems):
 
 
 def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
-    if a.shape != b.shape or a.dtype != b.dtype:
+    grown = (a.shape is not None and b.shape is not None and a.shape != b.shape and len(a.shape) == len(b.shape)
+             and all(nb == na or (nb > na and m is None) for na, nb, m in zip(a.shape, b.shape, a.maxshape)))
+    if grown and a.dtype == b.dtype:
+        # An unlimited axis fixed at its dimension's length: the original part must match, the rest is fill.
+        if not _extension_is_fill(a, b, block_bytes):
+            problems.append(f"{a.name}: the part beyond the original shape {a.shape} is not fill value")
+    elif a.shape != b.shape or a.dtype != b.dtype:
         problems.append(f"{a.name}: shape/dtype {a.shape} {a.dtype} became {b.shape} {b.dtype}")
         return
     if a.compression != b.compression or a.shuffle != b.shuffle or a.fletcher32 != b.fletcher32:
@@ -671,6 +732,21 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
         if not _same_values(a[selection], b[selection], a.file, b.file):
             problems.append(f"{a.name}: values differ in {selection}")
             return
+
+
+def _extension_is_fill(a: h5py.Dataset, b: h5py.Dataset, block_bytes) -> bool:
+    for axis, (na, nb) in enumerate(zip(a.shape, b.shape)):
+        if nb == na:
+            continue
+        region = tuple(slice(na, nb) if i == axis else slice(0, n) for i, n in enumerate(b.shape))
+        extent = tuple(s.stop - s.start for s in region)
+        for selection in _blocks(extent, b.chunks or extent, b.dtype.itemsize, block_bytes):
+            shifted = tuple(slice(r.start + s.start, r.start + s.stop) for r, s in zip(region, selection))
+            values = b[shifted]
+            fill = np.full(values.shape, b.fillvalue, dtype=b.dtype) if b.dtype.kind != "O" else None
+            if fill is not None and not _same_values(values, fill):
+                return False
+    return True
 
 
 def _same_values(x, y, file_x=None, file_y=None) -> bool:
