@@ -108,8 +108,9 @@ def test_a_new_version_of_the_same_key_is_a_new_dataset(cloud, tmp_path):
     ],
 )
 def test_bad_files_are_rejected_with_a_failure_item_naming_the_key(cloud, body, reason):
+    event = put(cloud[0], "incoming/bad.h5", body)
     before = ingest_objects(cloud)
-    [outcome] = ingest(cloud, put(cloud[0], "incoming/bad.h5", body))
+    [outcome] = ingest(cloud, event)
     assert outcome.status == "rejected"
     assert "s3://ingest/incoming/bad.h5" in outcome.reason
     assert reason.lower() in outcome.reason.lower()
