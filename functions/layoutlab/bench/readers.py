@@ -190,9 +190,18 @@ class Reader:
         self.options = dict(options or {})
         self.variant = variant
 
+    modules: tuple = ()  # imported by prepare(), outside the timed region
+
     @property
     def settings(self) -> dict:
         return {}
+
+    def prepare(self) -> None:
+        """Import the libraries, so that ``open`` times opening and not importing."""
+        import importlib
+
+        for module in self.modules:
+            importlib.import_module(module)
 
     def open(self, url: str) -> Handle:
         raise NotImplementedError
@@ -201,6 +210,7 @@ class Reader:
 class H5pyS3fsDefault(Reader):
     name = "h5py-s3fs-default"
     kind = "hdf5"
+    modules = ("h5py", "s3fs")
     description = "h5py on an s3fs file object, library defaults"
 
     @property
@@ -255,6 +265,7 @@ class H5pyS3fsAligned(H5pyS3fsDefault):
 class H5pyRos3(Reader):
     name = "h5py-ros3"
     kind = "hdf5"
+    modules = ("h5py",)
     description = "h5py with HDF5's read-only S3 driver (needs an h5py built with ros3)"
 
     @property
@@ -287,6 +298,7 @@ class H5pyRos3(Reader):
 class XarrayH5netcdf(Reader):
     name = "xarray-h5netcdf"
     kind = "hdf5"
+    modules = ("h5py", "s3fs", "h5netcdf", "xarray")
     description = "xarray.open_dataset(engine='h5netcdf') on an s3fs file, defaults"
 
     @property
@@ -320,6 +332,7 @@ class XarrayH5netcdf(Reader):
 class ZarrObstore(Reader):
     name = "zarr-obstore"
     kind = "zarr"
+    modules = ("zarr", "zarr.storage", "obstore", "obstore.store")
     description = "zarr 3 + obstore S3Store"
 
     @property
@@ -348,6 +361,7 @@ class ZarrObstore(Reader):
 
 class ZarrFsspec(ZarrObstore):
     name = "zarr-fsspec"
+    modules = ("zarr", "zarr.storage", "s3fs")
     description = "zarr 3 + FsspecStore on s3fs (async)"
 
     @property

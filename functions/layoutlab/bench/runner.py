@@ -119,7 +119,9 @@ def run_case(case: dict) -> dict:
 
         target = identity["target"]
         if not storage.is_s3_url(target):
-            raise UserError(f"{target or '<empty>'}: a case target must be an s3:// URL (upload local files first)")
+            if not target or not Path(target).exists():
+                raise UserError(f"{target or '<empty>'}: no such file or directory")
+            raise UserError(f"{target}: a case target must be an s3:// URL (upload local files first)")
         pattern = get_pattern(identity["pattern"])
         params = pattern.params(case.get("params"))
         reader = make_reader(identity["reader"], case.get("reader_options"), identity["variant"])
@@ -130,6 +132,9 @@ def run_case(case: dict) -> dict:
             os.environ["AWS_ENDPOINT_URL_S3"] = counter.endpoint
             base.update(latency_ms=counter.client["latency_ms"], bandwidth_mbps=counter.client["bandwidth_mbps"],
                         request_counting="proxy")
+
+        reader.prepare()
+        import numpy  # noqa: F401  (patterns need it; import cost is not the pattern's)
 
         s0 = counter.snapshot()
         cpu0, t0 = time.process_time(), time.perf_counter()
