@@ -98,9 +98,9 @@ def _phase(before, after, seconds):
 
 
 def _peak_rss_mb() -> float:
-    import resource
+    from layoutlab.local.isolation import peak_rss_mb
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return peak_rss_mb()
 
 
 def run_case(case: dict) -> dict:
@@ -209,7 +209,7 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> di
                  "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s}
     if outcome.ok:
         record = outcome.result
-        record["peak_rss_mb"] = outcome.peak_rss_mb  # the parent's view (wait4) of the whole child
+        record["peak_rss_mb"] = outcome.peak_rss_mb  # the child's peak up to its exit (after the checksum too)
     else:
         record = error_record(outcome.error, **identity, platform_profile=profile.to_dict())
         record["peak_rss_mb"] = outcome.peak_rss_mb

@@ -183,7 +183,8 @@ class LocalCloud:
 
 def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: float = DEFAULT_LATENCY_MS,
                       bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS, detach: bool = False,
-                      log_path: str | os.PathLike | None = None, timeout: float = 60) -> LocalCloud:
+                      log_path: str | os.PathLike | None = None, timeout: float = 60,
+                      stock_moto: bool = False) -> LocalCloud:
     """Start the local cloud in a background process and wait until it listens.
 
     ``state_path`` defaults to a fresh temporary file (so tests and ephemeral
@@ -200,6 +201,8 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     cmd = [sys.executable, "-m", "layoutlab.local.cloud", "--state", str(state_path),
            "--latency-ms", str(latency_ms), "--bandwidth-mbps", str(bandwidth_mbps)]
+    if stock_moto:
+        cmd.append("--stock-moto")
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                start_new_session=detach, close_fds=True)
     if log is not subprocess.DEVNULL:
@@ -220,7 +223,7 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
 
 # -- the service process ---------------------------------------------------
-def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float) -> None:
+def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False) -> None:
     servers, _ = core_split()
     os.sched_setaffinity(0, servers)
 
@@ -230,7 +233,8 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float) -> None:
     from layoutlab.local import moto_patch
     from layoutlab.local.proxy import ProxyThread, S3Proxy
 
-    moto_patch.apply()
+    if not stock_moto:  # stock_moto: only for benchmarks/bench_ranged_get.py's side-by-side comparison
+        moto_patch.apply()
     # moto executes state machines only when asked (DESIGN.md section 4)
     default_user_config["stepfunctions"]["execute_state_machine"] = True
     moto = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
@@ -263,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
+    parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
     args = parser.parse_args(argv)
-    serve(args.state, args.latency_ms, args.bandwidth_mbps)
+    serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto)
     return 0
 
 

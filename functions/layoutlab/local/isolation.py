@@ -8,9 +8,14 @@ use, see ``layoutlab.local.cloud.core_split``) and caps its memory
 process that grows with the data it reads, as Lambda's memory limit does;
 ``RLIMIT_AS`` would also count address space that libraries only reserve). It
 then calls ``function(payload)`` and returns its JSON result together with what
-the parent observed of the child: wall time of the whole process, CPU time and
-peak RSS from ``os.wait4`` (per child, unlike ``RUSAGE_CHILDREN`` which keeps
-the maximum over all children ever waited for).
+the parent observed of the child: wall time of the whole process and CPU time
+from ``os.wait4`` (per child, unlike ``RUSAGE_CHILDREN`` which keeps the maximum
+over all children ever waited for).
+
+Peak RSS is the child's own ``VmHWM`` (``peak_rss_mb()``), read just before it
+exits. ``ru_maxrss`` cannot be used for it: Linux carries the high-water mark
+of the pre-exec (v)forked image across ``exec``, so every child would report at
+least the parent's RSS (150+ MB under pytest for a 14 MB child).
 
 The local pipeline dispatches every Lambda/Fargate task through this, and the
 benchmark runner every repetition.
@@ -48,11 +53,30 @@ class IsolatedResult:
     memory_mb: int | None
     output_tail: str = ""  # last lines the child printed (stdout+stderr)
     memory_limit: str = "RLIMIT_DATA"
+    peak_rss_source: str = "VmHWM"
     timed_out: bool = False
     env_keys: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM), in MiB; getrusage where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def describe_process(_payload=None) -> dict:
+    """What an isolated task sees of itself (a smoke test for the dispatch path)."""
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cpus": sorted(os.sched_getaffinity(0)),
+            "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0], "modules": len(sys.modules)}
 
 
 def _default_cpu() -> int:
@@ -111,8 +135,11 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
                 outcome = json.load(fh)
         except (OSError, ValueError):
             outcome = None
+    peak = (outcome or {}).get("peak_rss_mb")
     common = dict(returncode=process.returncode, process_wall_s=process_wall, user_cpu_s=usage.ru_utime,
-                  system_cpu_s=usage.ru_stime, peak_rss_mb=usage.ru_maxrss / 1024.0, cpu=cpu,
+                  system_cpu_s=usage.ru_stime, peak_rss_mb=peak if peak is not None else usage.ru_maxrss / 1024.0,
+                  peak_rss_source="VmHWM" if peak is not None else "wait4 ru_maxrss (includes the parent image)",
+                  cpu=cpu,
                   memory_mb=memory_mb, output_tail=tail, timed_out=timed_out.is_set(),
                   env_keys=sorted((env or {}).keys()))
     if outcome and outcome.get("ok"):
@@ -153,8 +180,14 @@ def _child(request_path: str) -> int:
     except BaseException as error:  # the parent decides what a failure means; report every kind
         outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
                    "traceback": traceback.format_exc()}
+    outcome["peak_rss_mb"] = peak_rss_mb()
+    try:
+        text = json.dumps(outcome)
+    except (TypeError, ValueError) as error:
+        text = json.dumps({"ok": False, "error_type": "TypeError", "peak_rss_mb": outcome["peak_rss_mb"],
+                           "error": f"{request['target']} returned a value that is not JSON ({error})"})
     with open(request["result_path"], "w") as fh:
-        json.dump(outcome, fh, default=str)
+        fh.write(text)
     return 0 if outcome["ok"] else 1
 
 
