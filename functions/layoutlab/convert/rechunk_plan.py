@@ -404,18 +404,30 @@ def auto_chunks(shape, itemsize: int, target_bytes: int) -> tuple[int, ...]:
     return tuple(chunks)
 
 
-def seed_grid(shape) -> list[tuple[int, int, int]]:
-    """Nguyen et al.'s grid (time 1..2160,full x lat/lon 10,50,100,full), scaled to ``shape``.
+def seed_grid(shape, mode: str = "clip") -> list[tuple[int, int, int]]:
+    """Nguyen et al.'s grid (time 1,6,...,2160,full x lat/lon 10,50,100,full) for ``shape``.
 
-    Each paper value v along a dimension of paper length L becomes
-    round(v * n / L) (at least 1) for a dataset of length n; duplicates collapse.
+    ``mode="clip"`` (default) keeps the paper's element counts and collapses
+    values at or above a dimension's extent into "full": chunk byte sizes stay
+    those of the paper, which is what its findings (e.g. fastest near 3.3 MB)
+    are about, and time chunks keep their meaning in hours.
+    ``mode="proportional"`` scales each value v by n / L (L the paper's extent,
+    at least 1): the same *fraction* of every dimension per chunk.
+    Duplicates collapse; the order is time-major.
     """
+    if mode not in ("clip", "proportional"):
+        raise ValueError(f"seed grid mode must be 'clip' or 'proportional', not {mode!r}")
     nt, nlat, nlon = (int(n) for n in shape)
 
     def scaled(values, n, full):
         out = []
         for v in values:
-            c = n if v is None else max(1, min(n, round(v * n / full)))
+            if v is None:
+                c = n
+            elif mode == "clip":
+                c = min(n, v)
+            else:
+                c = max(1, min(n, round(v * n / full)))
             if c not in out:
                 out.append(c)
         return out
