@@ -157,10 +157,20 @@ def chunk_preset(preset: str, shape: tuple[int, int, int], itemsize: int = 4,
 class DatasetFacts:
     """What the plan step needs to know of a dataset (from inspection)."""
 
-    kind: str  # "grid" | "granule"
+    kind: str  # "grid" | "granule" | "other"
     grid_shape: tuple[int, int, int] | None = None  # (time, lat, lon) of the main variable
     dims: tuple[str, str, str] = ("time", "lat", "lon")
     itemsize: int = 4
+    variable: str | None = None  # the main gridded variable's path
+    beams: tuple[str, ...] = ()
+
+    def pattern_params(self) -> dict:
+        """Parameters every pattern of this dataset needs (which variable, which beam)."""
+        if self.kind == "grid" and self.variable:
+            return {"variable": self.variable}
+        if self.kind == "granule" and self.beams:
+            return {"beam": self.beams[0]}
+        return {}
 
 
 def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
@@ -207,6 +217,14 @@ def _for_kind(value, kind_or_format: str) -> list[str]:
     return list(value)
 
 
+def _known_params(pattern: str, params: dict) -> dict:
+    """The dataset-derived parameters this pattern takes (a listing takes none)."""
+    from layoutlab.bench.patterns import get_pattern
+
+    accepted = get_pattern(pattern).defaults
+    return {k: v for k, v in params.items() if k in accepted}
+
+
 def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict]) -> list[dict]:
     """Every benchmark case: variants x patterns x readers x platforms x repetitions.
 
@@ -224,15 +242,20 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
             for pattern in patterns:
                 for reader in (r for r in readers if r in known):
                     for platform in plan["platforms"]:
+                        kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
                         cases.append({
+                            "case_id": f"{variant['name']}#{pattern}#{reader}#{platform}#{repetition:03d}",
+                            "dataset_id": dataset_id,
                             "dataset": dataset_id,
                             "variant": variant["name"],
                             "format": variant["format"],
-                            "uri": variant["uri"],
+                            "target": variant["uri"],
                             "pattern": pattern,
                             "reader": reader,
                             "platform": platform,
+                            "platform_kind": kind,
                             "repetition": repetition,
-                            "params": dict(plan.get("pattern_params", {}).get(pattern, {})),
+                            "params": {**_known_params(pattern, facts.pattern_params()),
+                                       **plan.get("pattern_params", {}).get(pattern, {})},
                         })
     return cases

@@ -4,9 +4,10 @@ Keys (strings):
   pk = ``DATASET#<dataset_id>``
   sk = ``RUN`` | ``VARIANT#<variant>`` | ``RESULT#<variant>#<pattern>#<reader>#<platform>#<rep>``
        | ``SUMMARY`` | ``FAILURE#<stage>#<detail>``
-  GSI ``by-pattern``: gsi1pk = ``PATTERN#<pattern>``,
-       gsi1sk = ``<dataset>#<variant>#<reader>#<platform>#<rep>`` — one pattern
-       compared across datasets and variants in one query.
+  GSI ``by-pattern`` (sparse: RESULT items only): pattern_pk = ``PATTERN#<pattern>``,
+       pattern_sk = ``<variant>#<reader>#<platform>#<dataset>#<rep>`` — one pattern
+       compared across datasets, variants, readers and platforms in one query.
+  The CDK data stack builds the table from these names.
 
 Result items carry the bench record unchanged (the versioned schema in
 ``results/schema.json``) plus these keys and ``kind``. The same code serves
@@ -23,7 +24,7 @@ from typing import Iterable, Iterator
 
 from layoutlab.storage import aws_region
 
-PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "gsi1pk", "gsi1sk"
+PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "pattern_pk", "pattern_sk"
 KINDS = ("RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE")
 TABLE_ENV = "LAYOUTLAB_RESULTS_TABLE"
 DEFAULT_TABLE = "layoutlab-results"
@@ -137,13 +138,13 @@ class ResultsStore:
 
     def put_result(self, record: dict) -> dict:
         """Store one bench record. The key is the case, so writing a case twice keeps one item."""
-        rest = "#".join(str(record[n]) for n in ("variant", "reader", "platform"))
+        rest = "#".join(str(record[n]) for n in ("variant", "reader", "platform", "dataset"))
         item = {
             **record,
             PK: dataset_pk(record["dataset"]),
             SK: result_sort_key(record),
             GSI1PK: f"PATTERN#{record['pattern']}",
-            GSI1SK: f"{record['dataset']}#{rest}#{int(record['repetition']):03d}",
+            GSI1SK: f"{rest}#{int(record['repetition']):03d}",
             "kind": "RESULT",
         }
         return self._put(item)
