@@ -49,8 +49,20 @@ def platform_memory_mb() -> int | None:
     return platform_profile(name).memory_mb
 
 
-def add_count(spec, value: float = 1, **dimensions) -> None:
-    """One count metric with exactly ``spec``'s dimensions (Powertools adds ``service``)."""
-    with metrics.single_metric(name=spec.name, unit=spec.unit, value=value, namespace=obs.NAMESPACE) as metric:
+def emit(spec, value: float, **dimensions) -> None:
+    """One EMF data point with exactly ``spec``'s dimensions (``service`` included).
+
+    A single metric per data point, so the dimension values of one case never
+    leak into another's.
+    """
+    from aws_lambda_powertools.metrics import single_metric
+
+    service = os.environ.get("POWERTOOLS_SERVICE_NAME", obs.SERVICE)
+    with single_metric(name=spec.name, unit=spec.unit, value=value, namespace=obs.NAMESPACE,
+                       default_dimensions={obs.SERVICE_DIMENSION: service}) as metric:
         for name, dim_value in dimensions.items():
             metric.add_dimension(name=name, value=str(dim_value))
+
+
+def add_count(spec, value: float = 1, **dimensions) -> None:
+    emit(spec, value, **dimensions)

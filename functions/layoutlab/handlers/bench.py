@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from layoutlab.handlers._runtime import logger, metrics, results_store, tracer
+from layoutlab.handlers._runtime import emit, logger, metrics, results_store, tracer
 from layoutlab.pipeline.benchcase import run_bench_case
 
 
 def run(event: dict) -> dict:
-    return run_bench_case(event, store=results_store(), metrics=metrics)
+    return run_bench_case(event, store=results_store(), emit=emit)
 
 
 @logger.inject_lambda_context(clear_state=True)

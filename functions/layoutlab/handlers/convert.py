@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from layoutlab import observability as obs
 from layoutlab.handlers._runtime import (
+    emit,
     logger,
     metrics,
     platform_memory_mb,
@@ -21,9 +22,7 @@ def run(event: dict) -> dict:
 
         platform = os.environ.get("LAYOUTLAB_PLATFORM", "local")
         for spec, value in ((obs.CONVERT_WALL_TIME, result["convert_s"]), (obs.CONVERT_OUTPUT_BYTES, result["size_bytes"])):
-            with metrics.single_metric(name=spec.name, unit=spec.unit, value=value, namespace=obs.NAMESPACE) as m:
-                m.add_dimension(name=obs.Dimension.VARIANT, value=result["variant"])
-                m.add_dimension(name=obs.Dimension.PLATFORM, value=platform)
+            emit(spec, value, **{obs.Dimension.VARIANT: result["variant"], obs.Dimension.PLATFORM: platform})
     return result
 
 

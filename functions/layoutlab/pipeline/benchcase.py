@@ -43,7 +43,7 @@ def measure(case: dict) -> dict:
     return runner.run_case_isolated(runnable)
 
 
-def run_bench_case(case: dict, *, store, metrics=None) -> dict:
+def run_bench_case(case: dict, *, store, emit=None) -> dict:
     record = measure(case)
     record["case_id"] = case["case_id"]
     if record.get("status") == "error" or record.get("error"):
@@ -52,12 +52,13 @@ def run_bench_case(case: dict, *, store, metrics=None) -> dict:
         raise BenchCaseFailed(f"{case['target']}: values read by {case['reader']} for {case['pattern']} "
                               "differ from the source")
     store.put_result(record)
-    if metrics is not None:
-        emit_case_metrics(metrics, record)
+    if emit is not None:
+        emit_case_metrics(emit, record)
     return {"case_id": case["case_id"], "wall_s": record.get("wall_s"), "requests": record.get("requests")}
 
 
-def emit_case_metrics(metrics, record: dict) -> None:
+def emit_case_metrics(emit, record: dict) -> None:
+    """``emit(spec, value, **dimensions)`` once per metric of a case (see handlers._runtime.emit)."""
     from layoutlab import observability as obs
 
     values = {
@@ -69,8 +70,5 @@ def emit_case_metrics(metrics, record: dict) -> None:
     dims = {obs.Dimension.VARIANT: record["variant"], obs.Dimension.PATTERN: record["pattern"],
             obs.Dimension.READER: record["reader"], obs.Dimension.PLATFORM: record["platform"]}
     for spec, value in values.items():
-        if value is None:
-            continue
-        with metrics.single_metric(name=spec.name, unit=spec.unit, value=value, namespace=obs.NAMESPACE) as metric:
-            for name, dim_value in dims.items():
-                metric.add_dimension(name=name, value=str(dim_value))
+        if value is not None:
+            emit(spec, value, **dims)

@@ -155,3 +155,25 @@ def s3_notification(bucket: str, key: str, *, version_id=None, etag=None, size=0
             }
         ]
     }
+
+
+def eventbridge_object_created(bucket: str, key: str, *, version_id=None, etag=None, size=0, sequencer=None,
+                               time="1970-01-01T00:00:00Z", region="us-east-1", account="123456789012") -> dict:
+    """The EventBridge "Object Created" event AWS sends for one PUT (what the deployed rule delivers)."""
+    import uuid
+
+    obj = {"key": key, "size": size, "etag": etag or "", "sequencer": sequencer or "0"}
+    if version_id:
+        obj["version-id"] = version_id
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": account,
+        "time": time,
+        "region": region,
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": {"version": "0", "bucket": {"name": bucket}, "object": obj,
+                   "request-id": uuid.uuid4().hex[:16].upper(), "requester": account, "reason": "PutObject"},
+    }
