@@ -273,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
     parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
     args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto)
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 from layoutlab.local import sfn_adapter
 
@@ -154,8 +155,12 @@ class Dispatcher:
         from layoutlab.platforms import platform_profile
 
         memory_mb = platform_profile(platform).memory_mb
+        started = time.perf_counter()
         outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
                                env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout)
+        LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
+                 request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
+                 time.perf_counter() - started, outcome.process_wall_s)
         if not outcome.ok:
             LOG.warning("local task %s failed: %s", target, outcome.error)
             error_type = outcome.error_type or "TaskFailed"
