@@ -221,7 +221,15 @@ class _Repacker:
         root_gcpl = self.src["/"].id.get_create_plist()  # the file's own fcpl does not report these
         fcpl.set_link_creation_order(root_gcpl.get_link_creation_order())
         fcpl.set_attr_creation_order(root_gcpl.get_attr_creation_order())
-        fcpl.set_userblock(src_fcpl.get_userblock())
+        userblock = src_fcpl.get_userblock()
+        if userblock and userblock < self.page_size:
+            # HDF5 wants a user block of a paged file to be at least a page: pad it.
+            if self.page_size & (self.page_size - 1):
+                raise UserError(f"{self.src_path}: has a {userblock}-byte user block; a paged copy needs a "
+                                f"power-of-two page size (got {self.page_size})")
+            self.summary.notes.append(f"user block padded from {userblock} to {self.page_size} bytes (one page)")
+            userblock = self.page_size
+        fcpl.set_userblock(userblock)
         fcpl.set_file_space_strategy(h5py.h5f.FSPACE_STRATEGY_PAGE, True, 1)
         fcpl.set_file_space_page_size(self.page_size)
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
@@ -383,7 +391,9 @@ class _Repacker:
                 _copy_selection(src, dst, ())
         elif math.prod(shape) == 0:
             pass
-        elif layout == h5py.h5d.CHUNKED and new_chunks == src.chunks:
+        elif layout == h5py.h5d.CHUNKED and new_chunks == src.chunks and _type_kind(src.id.get_type()) == "fixed":
+            # (variable-length values live in the file's global heap: their chunks
+            # hold heap addresses of the source file and must be converted instead)
             self._copy_raw_chunks(src, dst)
         else:
             self._copy_decoded(src, dst, new_chunks)
@@ -655,6 +665,7 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
     attributes are not. References are compared by the path of their target.
     """
     problems: list[str] = []
+    _PATHS.clear()  # reference-target indexes are per open file
     with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
         _compare_attrs(a["/"], b["/"], problems)
         seen: list[str] = []
@@ -685,6 +696,7 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
         missing_in_a = set(extra) - set(seen)
         for name in sorted(missing_in_a):
             problems.append(f"/{name}: present in the copy only")
+    _PATHS.clear()
     return problems
 
 
@@ -734,6 +746,20 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
             return
 
 
+_PATHS: dict = {}
+
+
+def _path_of(f: h5py.File, ref) -> str:
+    """Path of a reference's target, from a per-file address index (h5py's ``.name`` on an
+    object opened by reference searches the whole file: ~6 ms each on a granule)."""
+    key = f.id.id
+    if key not in _PATHS:
+        index = {h5py.h5o.get_info(f.id).addr: "/"}
+        f.visititems(lambda name, obj: index.setdefault(h5py.h5o.get_info(obj.id).addr, "/" + name) and None)
+        _PATHS[key] = index
+    return _PATHS[key].get(h5py.h5o.get_info(f[ref].id).addr, "?")
+
+
 def _extension_is_fill(a: h5py.Dataset, b: h5py.Dataset, block_bytes) -> bool:
     for axis, (na, nb) in enumerate(zip(a.shape, b.shape)):
         if nb == na:
@@ -755,13 +781,18 @@ def _same_values(x, y, file_x=None, file_y=None) -> bool:
     if isinstance(x, h5py.Reference) or isinstance(x, h5py.RegionReference):
         if not x or not y:
             return bool(x) == bool(y)
-        return file_x[x].name == file_y[y].name
+        return _path_of(file_x, x) == _path_of(file_y, y)
     x_arr, y_arr = np.asarray(x), np.asarray(y)
     if x_arr.shape != y_arr.shape:
         return False
     if x_arr.dtype.names:
         return all(_same_values(x_arr[n], y_arr[n], file_x, file_y) for n in x_arr.dtype.names)
     if x_arr.dtype.kind == "O":
+        if x_arr.ndim == 0:
+            p, q = x_arr[()], y_arr[()]
+            if isinstance(p, (np.ndarray, h5py.Reference, h5py.RegionReference)):
+                return _same_values(p, q, file_x, file_y)
+            return type(p) is type(q) and bool(p == q)
         return all(_same_values(p, q, file_x, file_y) for p, q in zip(x_arr.ravel(), y_arr.ravel()))
     if x_arr.dtype.kind in "fc":
         return bool(np.array_equal(x_arr, y_arr, equal_nan=True))
