@@ -233,10 +233,18 @@ class _Repacker:
         fcpl.set_file_space_strategy(h5py.h5f.FSPACE_STRATEGY_PAGE, True, 1)
         fcpl.set_file_space_page_size(self.page_size)
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        # Readable by HDF5 1.10 (Debian's ncdump links it): no 1.12+/2.0 formats.
-        fapl.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_V110)
+        # The 1.10 file format, no newer: readable by HDF5 1.10 (Debian's ncdump links
+        # it), and fixed-size chunked datasets get a single-block "fixed array" chunk
+        # index instead of a B-tree (fewer metadata objects; measured faster to write).
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_V110)
         # Whole pages are assembled in memory and written once.
         fapl.set_page_buffer_size(4 * self.page_size, 0, 0)
+        # A metadata cache big enough for a granule's headers: no evictions while
+        # thousands of objects are created (measured ~20% faster on ATL03-like files).
+        mdc = fapl.get_mdc_config()
+        mdc.set_initial_size = True
+        mdc.initial_size, mdc.min_size, mdc.max_size = 32 * MiB, 16 * MiB, 64 * MiB
+        fapl.set_mdc_config(mdc)
         fid = h5py.h5f.create(str(self.dst_path).encode(), h5py.h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)
         return h5py.File(fid)
 
