@@ -31,13 +31,17 @@ import h5py
 import numpy as np
 
 from layoutlab.errors import BadInputFile, UserError
-from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset
+from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, is_netcdf4
 
 MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 8 * MiB
 # Decoded data moved per read/write when a dataset cannot be copied chunk by
 # chunk (contiguous, compact, rechunked): bounds peak memory on any input.
 BLOCK_BYTES = 64 * MiB
+# Output file: pages assembled in a page buffer of this many pages, and a
+# metadata cache of this size (both measured in benchmarks/bench_repack.py).
+PAGE_BUFFER_PAGES = 4
+METADATA_CACHE_BYTES = 32 * MiB
 # Source chunk cache while rechunking: holds the source chunks one block spans.
 SOURCE_CHUNK_CACHE = 64 * MiB
 
@@ -199,9 +203,12 @@ class _Repacker:
         self.userblock = b""
         self.scale_objects = {}  # address -> source dimension scale
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
+        self.dst_addresses = {}  # source object address -> address of its copy
+        self.dst_refs = {}  # destination path -> object reference to it
 
     def __enter__(self):
-        self.src = h5py.File(self.src_path, "r", rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=100_003)
+        self.src = h5py.File(self.src_path, "r", rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=4_099)
+        # (a small slot table: every open dataset allocates nslots pointers up front)
         self.src_fd = os.open(self.src_path, os.O_RDONLY)
         self.dst = self._create_destination()
         return self
@@ -238,13 +245,15 @@ class _Repacker:
         # index instead of a B-tree (fewer metadata objects; measured faster to write).
         fapl.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_V110)
         # Whole pages are assembled in memory and written once.
-        fapl.set_page_buffer_size(4 * self.page_size, 0, 0)
+        if PAGE_BUFFER_PAGES:
+            fapl.set_page_buffer_size(PAGE_BUFFER_PAGES * self.page_size, 0, 0)
         # A metadata cache big enough for a granule's headers: no evictions while
         # thousands of objects are created (measured ~20% faster on ATL03-like files).
-        mdc = fapl.get_mdc_config()
-        mdc.set_initial_size = True
-        mdc.initial_size, mdc.min_size, mdc.max_size = 32 * MiB, 16 * MiB, 64 * MiB
-        fapl.set_mdc_config(mdc)
+        if METADATA_CACHE_BYTES:
+            mdc = fapl.get_mdc_config()
+            mdc.set_initial_size = True
+            mdc.initial_size, mdc.min_size, mdc.max_size = METADATA_CACHE_BYTES, METADATA_CACHE_BYTES // 2, 2 * METADATA_CACHE_BYTES
+            fapl.set_mdc_config(mdc)
         fid = h5py.h5f.create(str(self.dst_path).encode(), h5py.h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)
         return h5py.File(fid)
 
@@ -254,6 +263,7 @@ class _Repacker:
         self._copy_userblock()
         root = self.src["/"]
         self.src_fileno = h5py.h5o.get_info(root.id).fileno
+        self.netcdf4 = is_netcdf4(self.src)
         self.copied[_address(root)] = "/"
         self._copy_attributes(root, self.dst["/"])
         self._copy_members(root, self.dst["/"], "/")
@@ -364,7 +374,8 @@ class _Repacker:
             self.summary.compact_to_contiguous.append(path)
         new_maxshape = maxshape
         if is_simple and any(m is None for m in maxshape):
-            shape = self._current_extent(src, shape, maxshape)
+            if self.netcdf4:  # only NetCDF lets a variable be shorter than its (unlimited) dimension
+                shape = self._current_extent(src, shape, maxshape)
             if all(n > 0 for n in shape):
                 new_maxshape = tuple(shape)
                 self.summary.unlimited_fixed.append(path)
@@ -499,14 +510,45 @@ class _Repacker:
 
     def _rewrite_references(self):
         for src_obj, dst_obj, name in self.deferred_attrs:
-            src_attr = h5py.h5a.open(src_obj.id, name.encode())
+            bname = name.encode("utf-8", "surrogateescape")
+            src_attr = h5py.h5a.open(src_obj.id, bname)
+            dst_attr = h5py.h5a.open(dst_obj.id, bname)
+            tid = src_attr.get_type()
+            offsets = _object_reference_offsets(tid)
+            if offsets is not None:
+                # Fixed-size values whose references are plain object addresses
+                # (REFERENCE_LIST of every dimension scale): rewritten in place.
+                data = np.empty(src_attr.shape, dtype=f"V{tid.get_size()}")
+                src_attr.read(data, mtype=tid)
+                self._remap_addresses(data, offsets)
+                dst_attr.write(data, mtype=dst_attr.get_type())
+                continue
             data = np.empty(src_attr.shape, dtype=src_attr.dtype)
             src_attr.read(data)
-            h5py.h5a.open(dst_obj.id, name.encode()).write(self._map_references(data))
+            dst_attr.write(self._map_references(data))
         for src, dst in self.deferred_datasets:
             if src.shape and math.prod(src.shape) == 0:
                 continue
             dst[()] = self._map_references(np.asarray(src[()]))
+
+    def _dst_address(self, src_address: int) -> int:
+        """Address in the destination of the copy of the source object at ``src_address``."""
+        if src_address not in self.dst_addresses:
+            dst_path = self.copied[(self.src_fileno, src_address)]
+            oid = h5py.h5o.open(self.dst.id, dst_path.encode("utf-8", "surrogateescape"))
+            self.dst_addresses[src_address] = h5py.h5o.get_info(oid).addr
+        return self.dst_addresses[src_address]
+
+    def _remap_addresses(self, data: np.ndarray, offsets: list[int]):
+        if not offsets or data.size == 0:
+            return
+        raw = data.reshape(-1).view(np.uint8).reshape(data.size, -1)
+        for offset in offsets:
+            addresses = raw[:, offset : offset + 8].copy().view("<u8").ravel()
+            mapped = np.array([self._dst_address(int(a)) if a not in (0, UNDEFINED_ADDRESS) else a
+                               for a in addresses], dtype="<u8")
+            raw[:, offset : offset + 8] = mapped.view(np.uint8).reshape(-1, 8)
+            self.summary.references_rewritten += int(np.count_nonzero(addresses))
 
     def _map_references(self, data):
         """The same values with each reference pointing at the destination's copy of its target."""
@@ -534,13 +576,40 @@ class _Repacker:
     def _map_one(self, ref, ref_kind):
         if not ref:
             return ref
-        # Looked up by address: h5py's .name on an object opened by reference
-        # makes HDF5 search the whole file (~1 ms per reference).
-        dst_path = self.copied[_address(self.src[ref])]
+        # Low-level dereference + address: h5py's self.src[ref] costs ~0.35 ms and
+        # .name on such an object makes HDF5 search the whole file (~1 ms).
+        src_address = h5py.h5o.get_info(h5py.h5r.dereference(ref, self.src.id)).addr
+        dst_path = self.copied[(self.src_fileno, src_address)]
         if ref_kind is h5py.RegionReference:
             region = h5py.h5r.get_region(ref, self.src.id)
             return h5py.h5r.create(self.dst.id, dst_path.encode(), h5py.h5r.DATASET_REGION, region)
-        return self.dst[dst_path].ref
+        if dst_path not in self.dst_refs:
+            self.dst_refs[dst_path] = h5py.h5r.create(self.dst.id, dst_path.encode("utf-8", "surrogateescape"),
+                                                      h5py.h5r.OBJECT)
+        return self.dst_refs[dst_path]
+
+
+UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _object_reference_offsets(tid) -> list[int] | None:
+    """Byte offsets of the old-style object references in a fixed-size type (``[]``: none),
+    or None when the type holds references that cannot be rewritten as raw addresses
+    (region references, variable-length parts)."""
+    kind = tid.get_class()
+    if kind == h5py.h5t.REFERENCE:
+        return [0] if tid.get_size() == 8 and tid.equal(h5py.h5t.STD_REF_OBJ) else None
+    if kind == h5py.h5t.COMPOUND:
+        offsets = []
+        for index in range(tid.get_nmembers()):
+            inner = _object_reference_offsets(tid.get_member_type(index))
+            if inner is None:
+                return None
+            offsets += [tid.get_member_offset(index) + o for o in inner]
+        return offsets
+    if tid.detect_class(h5py.h5t.REFERENCE) or tid.detect_class(h5py.h5t.VLEN):
+        return None
+    return []
 
 
 def _scale_length(scale: h5py.Dataset) -> int:
