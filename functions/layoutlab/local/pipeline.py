@@ -21,7 +21,7 @@ from pathlib import Path
 import boto3
 
 from layoutlab.local import dispatch
-from layoutlab.local.cloud import LocalCloud, core_split, state_dir
+from layoutlab.local.cloud import LocalCloud, state_dir
 from layoutlab.pipeline.events import eventbridge_object_created
 from layoutlab.pipeline.plan import PLAN_METADATA_KEY, PLANS_PREFIX
 from layoutlab.results.store import ResultsStore, from_dynamo, to_dynamo
@@ -67,7 +67,8 @@ class LocalPipeline:
         self.sfn = boto3.client("stepfunctions", **kwargs)
         self.dynamodb = boto3.client("dynamodb", **kwargs)
         self.store = ResultsStore(dispatch.RESULTS_TABLE, endpoint_url=cloud.moto_endpoint)
-        self.dispatcher = dispatch.Dispatcher(cloud.moto_endpoint, cloud.control_url, core_split()[1])
+        # Ingest (the only task started from here) runs off the measured core: it is not measured.
+        self.dispatcher = dispatch.Dispatcher(cloud.moto_endpoint, cloud.control_url, None)
 
     # -- resources ----------------------------------------------------------------
     def setup(self) -> None:
