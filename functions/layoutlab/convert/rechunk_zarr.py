@@ -250,14 +250,17 @@ def source_kind(src: str) -> str:
     if is_s3_url(src):
         store = open_store(src, read_only=True)
         keys = set(_store_list(store))
-        if not keys:
-            raise BadInputFile(src, "does not exist")
         if keys & {"zarr.json", ".zgroup", ".zattrs", ".zmetadata"}:
             return "zarr"
         from layoutlab.storage import s3fs_filesystem
 
-        with s3fs_filesystem().open(src, "rb") as f:
-            head = f.read(8)
+        try:
+            with s3fs_filesystem().open(src, "rb") as f:
+                head = f.read(8)
+        except (FileNotFoundError, IsADirectoryError):
+            if keys:
+                raise BadInputFile(src, "is an S3 prefix but not a Zarr store (no zarr.json or .zgroup)") from None
+            raise BadInputFile(src, "does not exist") from None
     else:
         path = Path(src)
         if not path.exists():
