@@ -11,7 +11,7 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean
+.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-rechunk bench-rechunk-venv
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
@@ -53,6 +53,19 @@ test-integration: sysdeps venv
 
 test-infra: venv
 	$(PY) -m pytest -q tests/infra
+
+# rechunker 0.5.x needs zarr < 3, so the rechunk benchmark runs it from a venv of its own.
+RECHUNKER_VENV ?= /tmp/zarr/rechunker-venv
+
+$(RECHUNKER_VENV)/bin/rechunker-ready:
+	$(PYTHON) -m venv $(RECHUNKER_VENV)
+	$(RECHUNKER_VENV)/bin/pip install -q rechunker==0.5.4 'zarr<3' dask xarray h5netcdf h5py numcodecs
+	touch $@
+
+bench-rechunk-venv: $(RECHUNKER_VENV)/bin/rechunker-ready
+
+bench-rechunk: venv bench-rechunk-venv
+	$(PY) benchmarks/bench_rechunk.py --rechunker-python $(RECHUNKER_VENV)/bin/python --seed-grid
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output
