@@ -77,6 +77,7 @@ def test_aligned_reader_on_paged_file_lists_in_few_requests(cloud, targets):
     assert paged["requests"] <= 6
 
 
+@pytest.mark.slow
 def test_isolated_run_records_the_process(cloud, targets):
     record = run_case_isolated({"target": targets["geos"], "pattern": "map-timestep", "reader": "h5py-s3fs-aligned",
                                 "platform": "local-fargate", "latency_ms": 10}, cloud)
@@ -105,12 +106,14 @@ def test_bad_targets_give_error_records(cloud, targets, target, pattern, reader,
     assert "Traceback" not in record["error"] and validate_record(record) == []
 
 
+@pytest.mark.slow
 def test_cli_json_and_matrix(cloud, files, tmp_path, capsys):
     assert main(["bench", str(files["geos"]), "--pattern", "map-timestep", "--reader", "h5py-s3fs-default",
                  "--repeat", "2", "--latency-ms", "0", "--variant", "original", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [r["repetition"] for r in records] == [0, 1] and all(r["checksum_ok"] for r in records)
     assert records[0]["dataset"] == "geos.nc" and records[0]["requests"] == records[1]["requests"]
+    assert records[0]["target"].startswith("s3://layoutlab-bench/targets/")  # uploaded to the test's cloud
 
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"cases": [
