@@ -59,6 +59,19 @@ def core_split() -> tuple[set[int], int]:
     return servers, measured
 
 
+def pid_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an exited child not yet reaped by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def _http_json(method: str, url: str, payload: dict | None = None, timeout: float = 30) -> dict:
     data = json.dumps(payload).encode() if payload is not None else None
     request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -115,9 +128,7 @@ class LocalCloud:
         return cloud
 
     def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except OSError:
+        if not pid_running(self.pid):
             return False
         try:
             _http_json("GET", self.control_url + "/status", timeout=5)
@@ -171,9 +182,7 @@ class LocalCloud:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
+            if not pid_running(self.pid):
                 break
             time.sleep(0.05)
         else:
