@@ -76,21 +76,3 @@ def dev(layer_dir, tmp_path_factory) -> Synthesized:
 @pytest.fixture(scope="session")
 def prod(layer_dir, tmp_path_factory) -> Synthesized:
     return _synthesize("prod", layer_dir, tmp_path_factory)
-
-
-def render(value) -> str:
-    """A CloudFormation string expression as readable text (Ref → ${X}, GetAtt → ${A.B})."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        (key, arg), = value.items()
-        if key == "Ref":
-            return "${%s}" % arg
-        if key == "Fn::GetAtt":
-            return "${%s}" % ".".join(arg)
-        if key == "Fn::ImportValue":
-            return "${Import:%s}" % render(arg)
-        if key == "Fn::Join":
-            separator, parts = arg
-            return separator.join(render(p) for p in parts)
-    return json.dumps(value, sort_keys=True)
