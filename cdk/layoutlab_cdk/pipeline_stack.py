@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import ArnFormat, Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -191,3 +191,4 @@ class PipelineStack(Stack):
                 )
             ],
         )
+        CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
