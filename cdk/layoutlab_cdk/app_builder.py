@@ -23,7 +23,7 @@ class LayoutlabStacks:
         common = dict(env=env, tags={"project": "layoutlab", "layoutlab:env": config.name})
         self.data = DataStack(app, config.stack_name("data"), config=config, **common)
         self.compute = ComputeStack(
-            app, config.stack_name("compute"), config=config, data=self.data, layer_dir=layer_dir, **common
+            app, config.stack_name("compute"), config=config, layer_dir=layer_dir, **common
         )
         self.pipeline = PipelineStack(
             app, config.stack_name("pipeline"), config=config, compute=self.compute, **common

@@ -36,7 +36,6 @@ from .config import (
     TASK_CONTAINER_NAME,
     EnvConfig,
 )
-from .data_stack import DataStack
 
 CODE_EXCLUDES = ["**/__pycache__", "**/*.pyc", "*.egg-info", "**/tests", "**/.pytest_cache"]
 # The image's build context is the repository root; only what the Dockerfile copies
@@ -77,7 +76,6 @@ class ComputeStack(Stack):
         construct_id: str,
         *,
         config: EnvConfig,
-        data: DataStack,
         layer_dir: Path,
         **kwargs,
     ) -> None:
