@@ -119,7 +119,7 @@ class PipelineStack(Stack):
         )
         # Distributed Map: read the lists plan wrote, write the ResultWriter output.
         policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["runs"]], policy.S3_READ)
-        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_WRITE)
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_READ + policy.S3_WRITE)
         # Distributed Map runs its iterations as child executions of this state machine.
         policy.allow(role, ["states:StartExecution"], [self.state_machine_arn])
         policy.allow(

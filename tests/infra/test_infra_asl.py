@@ -157,9 +157,17 @@ def test_fargate_tasks_pass_the_payload_in_the_documented_environment_variable(a
 
 
 def test_lists_for_distributed_maps_are_read_from_the_outputs_bucket_never_incoming(asl):
-    readers = [state["ItemReader"] for _, _, state in walk_states(asl["States"]) if "ItemReader" in state]
-    assert len(readers) == 2
-    for reader in readers:
+    distributed = [
+        state for _, _, state in walk_states(asl["States"])
+        if state.get("ItemProcessor", {}).get("ProcessorConfig", {}).get("Mode") == "DISTRIBUTED"
+    ]
+    assert len(distributed) == 2
+    for state in distributed:
+        reader = state["ItemReader"]
         assert reader["Parameters"]["Bucket"] == "${OutputsBucketName}"
         assert reader["ReaderConfig"] == {"InputType": "JSON"}
+        # results go to S3, so thousands of items never hit the 256 KiB state-output limit
+        writer = state["ResultWriter"]["Parameters"]
+        assert writer["Bucket"] == "${OutputsBucketName}"
+        assert writer["Prefix"].startswith(cdk_config.OUTPUT_PREFIXES["map_runs"])
     assert cdk_config.INGEST_PREFIX not in ASL_PATH.read_text()
