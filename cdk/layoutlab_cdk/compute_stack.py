@@ -261,7 +261,12 @@ class ComputeStack(Stack):
 
     def _plan_permissions(self, role: iam.IRole) -> None:
         self._read_inputs(role, [INGEST_PREFIX, PLANS_PREFIX])
-        policy.allow_objects(role, self.names["outputs_bucket"], [OUTPUT_PREFIXES["runs"]], policy.S3_WRITE)
+        outputs = self.names["outputs_bucket"]
+        policy.allow_objects(role, outputs, [OUTPUT_PREFIXES["runs"]], policy.S3_WRITE)
+        # plan stages the (empty) target of a rechunk that fans out over work units.
+        variants = OUTPUT_PREFIXES["variants"]
+        policy.allow_objects(role, outputs, [variants], policy.S3_READ + policy.S3_WRITE + policy.S3_DELETE)
+        policy.allow_list(role, outputs, [variants])
         policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
 
     def _convert_and_bench_permissions(self, role: iam.IRole, *, write: bool) -> None:
