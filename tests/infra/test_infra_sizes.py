@@ -67,6 +67,44 @@ def test_each_function_code_plus_layers_is_under_the_unzipped_limit(dev):
     assert not list(code_dir.rglob("__pycache__"))
 
 
+def run_isolated(script: str, paths: list[Path], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """python -S (no site-packages: nothing can come from the venv) with only ``paths`` importable."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), **environment}
+    prologue = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
+    return subprocess.run(
+        [sys.executable, "-S", "-c", prologue + script], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_every_handler_imports_from_code_and_layer_with_the_deployed_environment(dev):
+    """Each function's handler module loads with only its code + layer and exactly the environment
+    variables the template gives it (the handlers read their settings at cold start)."""
+    from layoutlab_cdk.template_text import render
+
+    assets = staged_asset_dirs(dev)
+    template = dev.template("compute")
+    layer_paths = {
+        logical_id: assets[r["Properties"]["Content"]["S3Key"].split(".")[0]] / "python"
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] == "AWS::Lambda::LayerVersion"
+    }
+    checked = []
+    for resource in template["Resources"].values():
+        props = resource["Properties"]
+        if resource["Type"] != "AWS::Lambda::Function" or not props.get("Handler", "").startswith("layoutlab."):
+            continue
+        module, _, function = props["Handler"].rpartition(".")
+        code = assets[props["Code"]["S3Key"].split(".")[0]]
+        environment = {k: render(v) for k, v in props["Environment"]["Variables"].items()}
+        environment.update(AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")  # set by the Lambda runtime
+        paths = [code] + [layer_paths[ref["Ref"]] for ref in props["Layers"]]
+        result = run_isolated(f"import {module}\nassert callable({module}.{function})\n", paths, environment)
+        assert result.returncode == 0, f"{props['Handler']}:\n{result.stderr[-3000:]}"
+        checked.append(module)
+    assert len(checked) == 6
+
+
 @pytest.mark.slow
 def test_the_layer_alone_provides_every_runtime_import(layer_dir):
     functions = Path(__file__).resolve().parents[2] / "functions"
