@@ -114,7 +114,8 @@ class ComputeStack(Stack):
         self.layer = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=lambda_.Code.from_asset(str(layer_dir)),
+            # bytecode compiled by whoever imported from the build dir must not ship
+            code=lambda_.Code.from_asset(str(layer_dir), exclude=["**/__pycache__", "**/*.pyc"]),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
             compatible_architectures=[lambda_.Architecture.X86_64],
             description="layoutlab runtime dependencies (layers/build_layer.py, pip --platform manylinux x86_64)",

@@ -69,7 +69,12 @@ def test_each_function_code_plus_layers_is_under_the_unzipped_limit(dev):
 
 def run_isolated(script: str, paths: list[Path], environment: dict[str, str]) -> subprocess.CompletedProcess:
     """python -S (no site-packages: nothing can come from the venv) with only ``paths`` importable."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), **environment}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONDONTWRITEBYTECODE": "1",  # never add __pycache__ to the layer being measured
+        **environment,
+    }
     prologue = f"import sys; sys.path[:0] = {[str(p) for p in paths]!r}\n"
     return subprocess.run(
         [sys.executable, "-S", "-c", prologue + script], capture_output=True, text=True, env=env, timeout=300
@@ -116,6 +121,7 @@ def test_the_layer_alone_provides_every_runtime_import(layer_dir):
         "print(numpy.__version__, h5py.version.hdf5_version)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # never add __pycache__ to the layer being measured
     # -S: no site-packages, so nothing can come from the venv; only the layer and the code.
     result = subprocess.run(
         [sys.executable, "-S", "-c", script, str(layer_dir / "python"), str(functions)],
