@@ -84,3 +84,11 @@ def test_cli_prints_table_csv_and_json(store, capsys):
 def test_cli_names_a_missing_table(store, capsys):
     assert cli.main(["results", "--table", "nope"]) == 2
     assert "results table 'nope' not found" in capsys.readouterr().err
+
+
+def test_numpy_scalars_in_records_are_stored_as_numbers(store):
+    import numpy as np
+
+    store.put_result(record(wall_s=np.float64(0.5)) | {"points": np.int64(7), "lat_min": np.float32(1.5)})
+    [item] = store.items(kind="RESULT")
+    assert (item["wall_s"], item["points"], item["lat_min"]) == (0.5, 7, 1.5)

@@ -22,9 +22,11 @@ def register(subparsers) -> None:
         "results",
         help="query benchmark results, variants, summaries and failures",
         description=(
-            "Query the results table (DynamoDB). Works against AWS (credentials and region "
-            "from the usual AWS settings) or against the local cloud started by "
-            "'layoutlab local up' / 'layoutlab demo' (its endpoint is found automatically)."
+            "Query the results table (DynamoDB), in AWS or locally, with the same code. Where: "
+            "--endpoint or $AWS_ENDPOINT_URL if given; else a running local cloud ('layoutlab local up'); "
+            "else the results the last 'layoutlab demo' kept on disk (layoutlab.local.pipeline.snapshot_path(), "
+            "by default ~/.local/state/layoutlab/results.json; delete it or run 'layoutlab demo --reset' to "
+            "start afresh); else AWS. --aws forces AWS."
         ),
         epilog=(
             "examples:\n"
@@ -34,7 +36,9 @@ def register(subparsers) -> None:
         ),
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--endpoint", help="DynamoDB endpoint URL (default: $AWS_ENDPOINT_URL, else the running local cloud, else AWS)")
+    parser.add_argument("--endpoint", help="DynamoDB endpoint URL (default: $AWS_ENDPOINT_URL; see 'where' above)")
+    parser.add_argument("--aws", action="store_true",
+                        help="query AWS (credentials and region from the usual AWS settings) even where local results exist")
     parser.add_argument("--table", help="table name (default: $LAYOUTLAB_RESULTS_TABLE or layoutlab-results)")
     parser.add_argument("--dataset", help="only this dataset id")
     parser.add_argument("--pattern", help="only results of this access pattern (uses the by-pattern index)")
@@ -46,12 +50,34 @@ def register(subparsers) -> None:
 
 def _local_endpoint() -> str | None:
     """The endpoint of a running local cloud, if there is one."""
-    try:
-        from layoutlab.local import cloud  # written by the local-cloud module
-    except ImportError:
-        return None
-    finder = getattr(cloud, "running_endpoint", None)
-    return finder() if finder else None
+    from layoutlab.local.cloud import LocalCloud
+
+    cloud = LocalCloud.from_state()
+    return cloud.moto_endpoint if cloud else None
+
+
+def _query(store, args, kind):
+    return store.items(dataset=args.dataset, pattern=args.pattern, kind=kind)
+
+
+def _query_snapshot(path, args, kind) -> list[dict]:
+    """Query the kept local results with the same store code, on an in-process moto table."""
+    import os
+
+    from moto import mock_aws
+
+    from layoutlab.local import dispatch
+    from layoutlab.results.store import ResultsStore, to_dynamo
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    with mock_aws():
+        store = ResultsStore(dispatch.RESULTS_TABLE)
+        store.create_table()
+        with store.table.batch_writer() as batch:
+            for item in json.loads(path.read_text()):
+                batch.put_item(Item=to_dynamo(item))
+        return _query(store, args, kind)
 
 
 def rows_for(items: list[dict]) -> tuple[list[str], list[dict]]:
@@ -96,11 +122,23 @@ def run(args) -> int:
 
     from layoutlab.results.store import ResultsStore
 
-    endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL") or _local_endpoint()
-    store = ResultsStore(table_name=args.table, endpoint_url=endpoint)
+    from layoutlab.local import dispatch
+    from layoutlab.local.pipeline import snapshot_path
+
     kind = args.kind or (None if args.dataset else "RESULT")
+    endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    table = args.table
+    if not endpoint and not args.aws:
+        endpoint = _local_endpoint()
+        if endpoint:
+            table = table or dispatch.RESULTS_TABLE
+        elif snapshot_path().exists() and not table:
+            items = _query_snapshot(snapshot_path(), args, kind)
+            sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
+            return 0
+    store = ResultsStore(table_name=table, endpoint_url=endpoint)
     try:
-        items = store.items(dataset=args.dataset, pattern=args.pattern, kind=kind)
+        items = _query(store, args, kind)
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         if code == "ResourceNotFoundException":

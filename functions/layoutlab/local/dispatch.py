@@ -146,18 +146,25 @@ def _platform_for(name: str, event) -> str:
 
 
 class Dispatcher:
+    """Runs tasks one at a time: every task process is pinned to the same measured core, and
+    two executions (two uploads) running side by side must not share it while measuring."""
+
     def __init__(self, moto_endpoint: str, proxy_control: str | None, cpu: int | None):
+        import threading
+
         self.env = task_environment(moto_endpoint, proxy_control)
         self.cpu = cpu
+        self._one_at_a_time = threading.Lock()
 
     def _run(self, target: str, request: dict, platform: str, timeout: float, env: dict | None = None):
         from layoutlab.local.isolation import run_isolated
         from layoutlab.platforms import platform_profile
 
         memory_mb = platform_profile(platform).memory_mb
-        started = time.perf_counter()
-        outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
-                               env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout)
+        with self._one_at_a_time:
+            started = time.perf_counter()
+            outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
+                                   env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout)
         LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
                  request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
                  time.perf_counter() - started, outcome.process_wall_s)

@@ -102,7 +102,7 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
         produced.append(spec)
         base = {"dataset_id": dataset_id, "source": source, "variant": spec}
         if spec["kind"] == "original":
-            store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", kind="original",
+            store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")
         elif spec["format"] == "zarr" and size > settings.work_units_above_bytes:
             units = _prepare_rechunk(spec, source_url)

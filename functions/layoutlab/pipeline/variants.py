@@ -66,7 +66,7 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
     size = _prefix_size(s3, target.bucket, target.key + ("/" if spec["format"] == "zarr" else ""))
     source_size = int(task["source"].get("size") or 0)
     item = {
-        "uri": spec["uri"], "format": spec["format"], "kind": spec["kind"], "status": "READY",
+        "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
         "size_bytes": size, "source_bytes": source_size,
         "size_overhead": (size / source_size - 1) if source_size else None,
         "convert_s": time.perf_counter() - started, "peak_rss_mb": _peak_rss_mb(),

@@ -41,11 +41,15 @@ def result_sort_key(record: dict) -> str:
 
 
 def to_dynamo(value):
-    """JSON-like value -> what DynamoDB accepts (floats as Decimal; NaN/inf as None)."""
+    """JSON-like value -> what DynamoDB accepts (floats as Decimal; NaN/inf as None; numpy scalars unwrapped)."""
+    if hasattr(value, "item") and not isinstance(value, (dict, list, tuple, str, bytes)):
+        value = value.item()  # numpy scalar -> Python scalar (repr(np.float64(1.0)) is not a number)
+    if isinstance(value, bool) or value is None:
+        return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             return None
-        return Decimal(repr(value))
+        return Decimal(repr(float(value)))
     if isinstance(value, dict):
         return {str(k): to_dynamo(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -131,6 +135,8 @@ class ResultsStore:
         )
 
     def put_variant(self, dataset_id: str, variant: str, **fields) -> dict:
+        if "kind" in fields:
+            raise ValueError("'kind' names the item kind; call the variant's kind 'variant_kind'")
         return self._put(
             {PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}", "kind": "VARIANT",
              "dataset": dataset_id, "variant": variant, **fields}
