@@ -23,13 +23,14 @@ class LayoutlabStacks:
         common = dict(env=env, tags={"project": "layoutlab", "layoutlab:env": config.name})
         self.data = DataStack(app, config.stack_name("data"), config=config, **common)
         self.compute = ComputeStack(
-            app, config.stack_name("compute"), config=config, data=self.data, layer_dir=layer_dir, **common
+            app, config.stack_name("compute"), config=config, layer_dir=layer_dir, **common
         )
         self.pipeline = PipelineStack(
             app, config.stack_name("pipeline"), config=config, compute=self.compute, **common
         )
         # Stacks refer to buckets and tables by their fixed names; deploy data first anyway.
         self.compute.add_stack_dependency(self.data)
+        self.config = config
         self.observability = ObservabilityStack(
             app,
             config.stack_name("observability"),
@@ -51,15 +52,16 @@ def build_app(
     layer_dir: Path = DEFAULT_LAYER_DIR,
     nag: bool = True,
     env: cdk.Environment | None = None,
+    context: dict | None = None,
 ) -> tuple[cdk.App, LayoutlabStacks]:
     """The app for ``env_name`` (default: ``-c env=NAME``), with cdk-nag's AwsSolutions checks.
 
     cdk-nag runs as a CDK policy-validation plugin: ``app.synth()`` fails on any finding
     that is not acknowledged (each acknowledgement in the stacks carries its reason).
     """
-    app = cdk.App(outdir=outdir) if outdir else cdk.App()
-    context = {"layoutlab:environments": app.node.try_get_context("layoutlab:environments")}
-    config = load(context, env_name or app.node.try_get_context("env"))
+    app = cdk.App(outdir=outdir, context=context) if outdir else cdk.App(context=context)
+    environments = {"layoutlab:environments": app.node.try_get_context("layoutlab:environments")}
+    config = load(environments, env_name or app.node.try_get_context("env"))
     stacks = LayoutlabStacks(app, config, layer_dir=layer_dir, env=env)
     if nag:
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))

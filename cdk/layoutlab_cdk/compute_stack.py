@@ -36,7 +36,6 @@ from .config import (
     TASK_CONTAINER_NAME,
     EnvConfig,
 )
-from .data_stack import DataStack
 
 CODE_EXCLUDES = ["**/__pycache__", "**/*.pyc", "*.egg-info", "**/tests", "**/.pytest_cache"]
 # The image's build context is the repository root; only what the Dockerfile copies
@@ -77,7 +76,6 @@ class ComputeStack(Stack):
         construct_id: str,
         *,
         config: EnvConfig,
-        data: DataStack,
         layer_dir: Path,
         **kwargs,
     ) -> None:
@@ -116,7 +114,8 @@ class ComputeStack(Stack):
         self.layer = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=lambda_.Code.from_asset(str(layer_dir)),
+            # bytecode compiled by whoever imported from the build dir must not ship
+            code=lambda_.Code.from_asset(str(layer_dir), exclude=["**/__pycache__", "**/*.pyc"]),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
             compatible_architectures=[lambda_.Architecture.X86_64],
             description="layoutlab runtime dependencies (layers/build_layer.py, pip --platform manylinux x86_64)",
@@ -263,7 +262,12 @@ class ComputeStack(Stack):
 
     def _plan_permissions(self, role: iam.IRole) -> None:
         self._read_inputs(role, [INGEST_PREFIX, PLANS_PREFIX])
-        policy.allow_objects(role, self.names["outputs_bucket"], [OUTPUT_PREFIXES["runs"]], policy.S3_WRITE)
+        outputs = self.names["outputs_bucket"]
+        policy.allow_objects(role, outputs, [OUTPUT_PREFIXES["runs"]], policy.S3_WRITE)
+        # plan stages the (empty) target of a rechunk that fans out over work units.
+        variants = OUTPUT_PREFIXES["variants"]
+        policy.allow_objects(role, outputs, [variants], policy.S3_READ + policy.S3_WRITE + policy.S3_DELETE)
+        policy.allow_list(role, outputs, [variants])
         policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
 
     def _convert_and_bench_permissions(self, role: iam.IRole, *, write: bool) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -115,3 +115,7 @@ class DataStack(Stack):
             time_to_live_attribute=IDEMPOTENCY_TTL,
             **table_defaults,
         )
+        CfnOutput(self, "IngestBucketName", value=self.ingest_bucket.bucket_name,
+                  description="Upload HDF5/NetCDF-4 files under incoming/ of this bucket")
+        CfnOutput(self, "OutputsBucketName", value=self.outputs_bucket.bucket_name)
+        CfnOutput(self, "ResultsTableName", value=self.results_table.table_name)

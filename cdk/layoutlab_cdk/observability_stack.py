@@ -6,7 +6,7 @@ handlers emit with — so a graph cannot drift from what the code writes.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_kms as kms
@@ -241,3 +241,8 @@ class ObservabilityStack(Stack):
                 ),
             ),
         ]
+        CfnOutput(
+            self,
+            "DashboardUrl",
+            value=f"https://console.aws.amazon.com/cloudwatch/home#dashboards:name=layoutlab-{config.name}",
+        )

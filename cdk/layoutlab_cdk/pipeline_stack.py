@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import ArnFormat, Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -119,7 +119,7 @@ class PipelineStack(Stack):
         )
         # Distributed Map: read the lists plan wrote, write the ResultWriter output.
         policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["runs"]], policy.S3_READ)
-        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_WRITE)
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_READ + policy.S3_WRITE)
         # Distributed Map runs its iterations as child executions of this state machine.
         policy.allow(role, ["states:StartExecution"], [self.state_machine_arn])
         policy.allow(
@@ -191,3 +191,4 @@ class PipelineStack(Stack):
                 )
             ],
         )
+        CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
