@@ -32,14 +32,16 @@ def register(subparsers) -> None:
             "examples:\n"
             "  layoutlab results                               # every result item, as a table\n"
             "  layoutlab results --pattern map-timestep --format csv > maps.csv\n"
-            "  layoutlab results --dataset geos-nc-1a2b3c4d5e6f7a8b --kind FAILURE --format json"
+            "  layoutlab results --dataset geos-nc-1a2b3c4d5e6f7a8b --kind FAILURE --format json\n"
+            "  layoutlab results --env dev --pattern timeseries-point   # the deployed dev environment"
         ),
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     parser.add_argument("--endpoint", help="DynamoDB endpoint URL (default: $AWS_ENDPOINT_URL; see 'where' above)")
     parser.add_argument("--aws", action="store_true",
                         help="query AWS (credentials and region from the usual AWS settings) even where local results exist")
-    parser.add_argument("--table", help="table name (default: $LAYOUTLAB_RESULTS_TABLE or layoutlab-results)")
+    parser.add_argument("--table", help="table name (default: $LAYOUTLAB_RESULTS_TABLE, or the one of --env)")
+    parser.add_argument("--env", help="a deployed environment: its table is layoutlab-ENV-results (implies --aws)")
     parser.add_argument("--dataset", help="only this dataset id")
     parser.add_argument("--pattern", help="only results of this access pattern (uses the by-pattern index)")
     parser.add_argument("--kind", default=None, choices=["RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE"],
@@ -127,7 +129,8 @@ def run(args) -> int:
 
     kind = args.kind or (None if args.dataset else "RESULT")
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
-    table = args.table
+    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None)
+    args.aws = args.aws or bool(args.env)
     if not endpoint and not args.aws:
         endpoint = _local_endpoint()
         if endpoint:
