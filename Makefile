@@ -11,7 +11,7 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean
+.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench bench-repack clean
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
@@ -53,6 +53,11 @@ test-integration: sysdeps venv
 
 test-infra: venv
 	$(PY) -m pytest -q tests/infra
+
+# layoutlab repack vs h5repack on ~1 GB GEOS-like and ATL03-like inputs (+ the 4 GB memory
+# check); figures go to benchmarks/results/bench_repack.json and README.
+bench-repack: sysdeps venv
+	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output
