@@ -11,8 +11,8 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-rechunk bench-rechunk-venv \
-        cdk-cli layer synth deploy destroy
+.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
+        bench-rechunk bench-rechunk-venv cdk-cli layer synth deploy destroy
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
@@ -96,6 +96,11 @@ deploy: venv cdk-cli layer
 
 destroy: venv cdk-cli layer
 	$(CDK) destroy --all -c env=$(ENV)
+
+# layoutlab repack vs h5repack on ~1 GB GEOS-like and ATL03-like inputs (+ the 4 GB memory
+# check); figures go to benchmarks/results/bench_repack.json and README.
+bench-repack: sysdeps venv
+	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules

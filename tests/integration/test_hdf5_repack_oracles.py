@@ -91,10 +91,18 @@ def test_geos_sample_ncdump_identical_but_for_the_unlimited_time(tmp_path):
     assert summary.chunks_copied_raw == 6  # BCEXTTAU's 6 chunks moved as stored bytes
 
 
-def test_h5diff_and_h5stat_agree_on_an_atl03_granule(tmp_path):
-    src = atl03.write_atl03(tmp_path / "atl03.h5", photons=20_000, chunk=5_000)
-    out = tmp_path / "paged.h5"
-    repack(src, out, page_size=PAGE)
+@pytest.fixture(scope="module")
+def granule_and_ours(tmp_path_factory):
+    root = tmp_path_factory.mktemp("oracle")
+    src = atl03.write_atl03(root / "atl03.h5", photons=12_000, chunk=2_000)
+    ours = root / "paged.h5"
+    repack(src, ours, page_size=PAGE)
+    return src, ours
+
+
+@pytest.mark.slow
+def test_h5diff_and_h5stat_agree_on_an_atl03_granule(granule_and_ours):
+    src, out = granule_and_ours
     diff = subprocess.run(["h5diff", str(src), str(out)], capture_output=True, text=True)
     assert diff.returncode == 0, diff.stdout[-2000:]
     stat = subprocess.run(["h5stat", "-S", str(out)], capture_output=True, text=True, check=True).stdout
@@ -102,17 +110,18 @@ def test_h5diff_and_h5stat_agree_on_an_atl03_granule(tmp_path):
     assert re.search(rf"File space page size: {PAGE} bytes", stat)
 
 
-def test_output_is_no_larger_than_h5repacks_on_the_same_input(tmp_path):
-    src = atl03.write_atl03(tmp_path / "atl03.h5", photons=60_000, chunk=10_000)
-    ours, reference = tmp_path / "ours.h5", tmp_path / "ref.h5"
-    repack(src, ours, page_size=PAGE)
+@pytest.mark.slow
+def test_output_is_no_larger_than_h5repacks_on_the_same_input(granule_and_ours, tmp_path):
+    src, ours = granule_and_ours
+    reference = tmp_path / "ref.h5"
     subprocess.run(["h5repack", "-S", "PAGE", "-G", str(PAGE), str(src), str(reference)], check=True)
     # both round up to whole pages; ours also drops COMPACT layouts and extensible indexes
     assert ours.stat().st_size <= reference.stat().st_size
 
 
-def test_repack_command_end_to_end(tmp_path, capsys):
-    src = atl03.write_atl03(tmp_path / "a.h5", photons=12_000, chunk=2_000)
+@pytest.mark.slow
+def test_repack_command_end_to_end(granule_and_ours, tmp_path, capsys):
+    src, _ = granule_and_ours
     out = tmp_path / "b.h5"
     assert cli.main(["repack", str(src), str(out), "--page-size", "1MiB", "--target-chunk-bytes", "32KiB",
                      "--verify"]) == 0

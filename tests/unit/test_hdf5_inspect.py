@@ -28,6 +28,7 @@ def _fixes(report):
     return " | ".join(p["fix"] for p in report["verdict"]["problems"])
 
 
+@pytest.mark.slow  # shares one ATL03-like granule (~1,000 objects) written and repacked once
 def test_original_granule_is_diagnosed_with_the_nsidc_fixes(granules):
     report = inspect_file(granules[0])
     json.dumps(report)  # the pipeline stores it as JSON
@@ -47,6 +48,7 @@ def test_original_granule_is_diagnosed_with_the_nsidc_fixes(granules):
     assert "not paged" in problems and "unlimited" in problems and "COMPACT" in problems
 
 
+@pytest.mark.slow  # shares one ATL03-like granule (~1,000 objects) written and repacked once
 def test_repacked_granule_reports_pages_and_no_compact_or_unlimited(granules):
     report = inspect_file(granules[1])
     h = report["hdf5"]
@@ -95,7 +97,9 @@ def test_non_hdf5_files_get_a_verdict_not_an_exception(tmp_path, content, fmt, w
 
 
 def test_truncated_hdf5_is_a_bad_input(tmp_path):
-    full = atl03.write_atl03(tmp_path / "full.h5", photons=2_000, chunk=500)
+    full = tmp_path / "full.h5"
+    with h5py.File(full, "w") as f:
+        f.create_dataset("v", data=np.arange(100_000.0), chunks=(1000,))
     cut = tmp_path / "cut.h5"
     cut.write_bytes(full.read_bytes()[:4096])
     with pytest.raises(BadInputFile, match="truncated"):
@@ -104,6 +108,7 @@ def test_truncated_hdf5_is_a_bad_input(tmp_path):
         inspect_file(tmp_path / "missing.h5")
 
 
+@pytest.mark.slow  # shares one ATL03-like granule (~1,000 objects) written and repacked once
 def test_inspect_command_text_and_json(granules, capsys):
     assert cli.main(["inspect", str(granules[0])]) == 0
     text = capsys.readouterr().out

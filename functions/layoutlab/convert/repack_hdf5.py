@@ -206,6 +206,7 @@ class _Repacker:
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
         self.dst_addresses = {}  # source object address -> address of its copy
         self.dst_refs = {}  # destination path -> object reference to it
+        self.read_buffer = bytearray(0)
 
     def __enter__(self):
         self.src = h5py.File(self.src_path, "r", rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=4_099)
@@ -488,11 +489,15 @@ class _Repacker:
         write = dst.id.write_direct_chunk
         done = 0
         for span_start, span_end, members in _read_spans(located):
-            # One read per run of neighbouring chunks (a few MB), sliced without copying.
-            span = os.pread(self.src_fd, span_end - span_start, span_start)
-            if len(span) != span_end - span_start:
+            # One read per run of neighbouring chunks (up to 16 MiB) into one reused
+            # buffer (a fresh multi-MB bytes object per read costs page faults), sliced
+            # without copying.
+            length = span_end - span_start
+            if len(self.read_buffer) < length:
+                self.read_buffer = bytearray(length)
+            view = memoryview(self.read_buffer)[:length]
+            if os.preadv(self.src_fd, [view], span_start) != length:
                 raise OSError(f"{src.name}: chunks up to byte {span_end} lie beyond the end of the file")
-            view = memoryview(span)
             for offset, mask, address, size in members:
                 write(offset, view[address - span_start : address - span_start + size], mask)
             done += span_end - span_start
