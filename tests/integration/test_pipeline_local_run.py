@@ -136,3 +136,17 @@ def test_nothing_is_written_under_incoming(run):
                     "plans/ci.json"]
     outputs = pipeline.s3.list_objects_v2(Bucket=dispatch.OUTPUTS_BUCKET).get("Contents", [])
     assert outputs and not any(o["Key"].startswith("incoming/") for o in outputs)
+
+
+def test_case_metrics_reach_the_local_cloudwatch_with_the_dashboard_names(run):
+    import boto3
+
+    from layoutlab import observability as obs
+
+    pipeline = run[0]
+    cloudwatch = boto3.client("cloudwatch", endpoint_url=pipeline.cloud.moto_endpoint, region_name="us-east-1")
+    metrics = cloudwatch.list_metrics(Namespace=obs.NAMESPACE, MetricName=obs.BENCH_WALL_TIME.name)["Metrics"]
+    assert metrics
+    platforms = {d["Value"] for m in metrics for d in m["Dimensions"] if d["Name"] == obs.Dimension.PLATFORM}
+    assert platforms == {"local-lambda", "local-fargate"}
+    assert all(sorted(d["Name"] for d in m["Dimensions"]) == sorted(obs.BENCH_WALL_TIME.dimensions) for m in metrics)

@@ -155,6 +155,22 @@ class Dispatcher:
         self.env = task_environment(moto_endpoint, proxy_control)
         self.cpu = cpu
         self._one_at_a_time = threading.Lock()
+        self._cloudwatch = None
+        self._moto_endpoint = moto_endpoint
+
+    def _forward_metrics(self, printed: bytes) -> None:
+        """Tasks print their metrics as EMF; in AWS Lambda delivers them, here we do."""
+        import boto3
+
+        from layoutlab.local import emf
+
+        if self._cloudwatch is None:
+            self._cloudwatch = boto3.client("cloudwatch", endpoint_url=self._moto_endpoint, region_name=REGION,
+                                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        try:
+            emf.forward(printed, self._cloudwatch)
+        except Exception as error:  # metrics are a by-product: never fail a task over them, but say so
+            LOG.warning("could not forward a task's metrics to the local CloudWatch: %s", error)
 
     def _run(self, target: str, request: dict, platform: str, timeout: float, env: dict | None = None):
         from layoutlab.local.isolation import run_isolated
@@ -164,7 +180,8 @@ class Dispatcher:
         with self._one_at_a_time:
             started = time.perf_counter()
             outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
-                                   env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout)
+                                   env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout,
+                                   on_output=self._forward_metrics)
         LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
                  request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
                  time.perf_counter() - started, outcome.process_wall_s)

@@ -86,12 +86,14 @@ def _default_cpu() -> int:
 
 
 def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = -1,
-                 env: dict[str, str] | None = None, timeout: float | None = None) -> IsolatedResult:
+                 env: dict[str, str] | None = None, timeout: float | None = None,
+                 on_output=None) -> IsolatedResult:
     """Call ``target`` ("module:function") with ``payload`` in a fresh pinned, memory-capped process.
 
     ``cpu=-1`` (default) picks the measured core; ``None`` leaves affinity alone.
-    ``env`` is added to the current environment. Never raises for a failure of
-    the child: the result says what happened.
+    ``env`` is added to the current environment. ``on_output``, if given, is
+    called with everything the child printed (bytes). Never raises for a failure
+    of the child: the result says what happened.
     """
     if cpu == -1:
         cpu = _default_cpu()
@@ -129,7 +131,10 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
         process_wall = time.perf_counter() - started
         with open(output_path, "rb") as fh:
-            tail = fh.read()[-4000:].decode("utf-8", "replace")
+            printed = fh.read()
+        tail = printed[-4000:].decode("utf-8", "replace")
+        if on_output is not None:
+            on_output(printed)
         try:
             with open(result_path) as fh:
                 outcome = json.load(fh)
