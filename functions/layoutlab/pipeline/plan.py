@@ -123,6 +123,9 @@ def validate_plan(plan: dict) -> None:
     repetitions = plan.get("repetitions", 1)
     if not isinstance(repetitions, int) or not 1 <= repetitions <= 100:
         fail(f"'repetitions' must be an integer 1..100, got {repetitions!r}")
+    fan_out = plan.get("fan_out_above_bytes", 0)
+    if not isinstance(fan_out, int) or fan_out < 0:
+        fail(f"'fan_out_above_bytes' must be a non-negative integer, got {fan_out!r}")
     concurrency = plan.get("max_concurrency", 1)
     if not isinstance(concurrency, int) or not 1 <= concurrency <= 10000:
         fail(f"'max_concurrency' must be an integer 1..10000, got {concurrency!r}")

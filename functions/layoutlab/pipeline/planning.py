@@ -96,6 +96,7 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     specs = plans.variant_specs(plan, facts)
     size = int(source.get("size") or source.get("size_bytes") or 0)
     convert_on = "fargate" if size > settings.fargate_convert_above_bytes else "lambda"
+    fan_out_above = int(plan.get("fan_out_above_bytes", settings.work_units_above_bytes))
     convert_tasks, publish_tasks, work_units, produced = [], [], [], []
     for spec in specs:
         spec = {**spec, "uri": variant_uri(settings.outputs_bucket, dataset_id, spec, source_url)}
@@ -104,10 +105,13 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
         if spec["kind"] == "original":
             store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")
-        elif spec["format"] == "zarr" and size > settings.work_units_above_bytes:
-            units = _prepare_rechunk(spec, source_url)
+        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url)):
             work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
             publish_tasks.append({**base, "phase": "publish"})
+        elif spec["format"] == "zarr" and size > fan_out_above:
+            # A two-stage rechunk cannot fan out in one Map (stage 1 needs all of stage 0):
+            # it runs whole, on the bigger platform.
+            convert_tasks.append({**base, "phase": "whole", "convert_on": "fargate"})
         else:
             convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
 
@@ -144,7 +148,8 @@ def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
 
 
 def _prepare_rechunk(spec: dict, source_url: str) -> int:
+    """Stage the target and return its number of work units; 0 when the plan has two stages."""
     from layoutlab.convert.rechunk_zarr import plan_rechunk
 
     rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, **rechunk_options(spec))
-    return len(rechunk_plan["units"])
+    return len(rechunk_plan["units"]) if rechunk_plan["stages"] == 1 else 0
