@@ -75,7 +75,8 @@ def register(subparsers) -> None:
 def _progress_bar(total: int, unit: str, description: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit=unit, unit_scale=True, desc=description, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, unit=unit, unit_scale=True, desc=description, leave=False, dynamic_ncols=True,
+                disable=None)
 
 
 def run_geos(args) -> int:

@@ -84,21 +84,27 @@ def sniff(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> 
 
 
 def _hdf5_file_is_netcdf4(path: Path) -> bool:
-    """Look for the netCDF-4 markers in the root group and its direct datasets (open with h5py)."""
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
-            if "_NCProperties" in f.attrs:
-                return True
-            for name in f:
-                link = f.get(name, getlink=True)
-                if isinstance(link, h5py.HardLink) and isinstance(f[name], h5py.Dataset):
-                    attrs = f[name].attrs
-                    if "_Netcdf4Dimid" in attrs or "_Netcdf4Coordinates" in attrs:
-                        return True
+            return is_netcdf4(f)
     except OSError:
         return False
+
+
+def is_netcdf4(f) -> bool:
+    """An open ``h5py.File`` written as NetCDF-4: the netCDF markers in the root group or its datasets."""
+    import h5py
+
+    if "_NCProperties" in f.attrs:
+        return True
+    for name in f:
+        link = f.get(name, getlink=True)
+        if isinstance(link, h5py.HardLink) and isinstance(f[name], h5py.Dataset):
+            attrs = f[name].attrs
+            if "_Netcdf4Dimid" in attrs or "_Netcdf4Coordinates" in attrs:
+                return True
     return False
 
 

@@ -233,7 +233,7 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
 # -- the service process ---------------------------------------------------
 def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False) -> None:
-    servers, _ = core_split()
+    servers, measured = core_split()
     os.sched_setaffinity(0, servers)
 
     from moto.core.config import default_user_config
@@ -253,6 +253,10 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     proxy = ProxyThread(S3Proxy(f"http://{HOST}:{moto_port}", host=HOST, latency_ms=latency_ms,
                                 bandwidth_mbps=bandwidth_mbps))
     proxy_port = proxy.start()
+    # The state machine's Lambda and ECS tasks run as fresh processes on the measured core.
+    from layoutlab.local import dispatch
+
+    dispatch.install(f"http://{HOST}:{moto_port}", f"http://{HOST}:{proxy_port}/_layoutlab", measured)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -278,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
     parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
     args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto)
     return 0
 
