@@ -11,7 +11,7 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-rechunk bench-rechunk-venv \
+.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-rechunk bench-rechunk-venv bench-ranged-get bench-access \
         cdk-cli layer synth deploy destroy
 
 help:
@@ -99,3 +99,11 @@ destroy: venv cdk-cli layer
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
+
+# Issue 4's measurements of the benchmark instrument (see README, section bench).
+bench-ranged-get: venv
+	$(PY) benchmarks/bench_ranged_get.py
+
+bench-access: sysdeps venv
+	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
+	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json
