@@ -12,7 +12,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
-        bench-rechunk bench-rechunk-venv cdk-cli layer synth deploy destroy
+        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access cdk-cli layer synth deploy destroy
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
@@ -104,3 +104,11 @@ bench-repack: sysdeps venv
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
+
+# Issue 4's measurements of the benchmark instrument (see README, section bench).
+bench-ranged-get: venv
+	$(PY) benchmarks/bench_ranged_get.py
+
+bench-access: sysdeps venv
+	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
+	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json

@@ -224,7 +224,7 @@ class H5pyS3fsDefault(Reader):
     def open(self, url):
         import h5py
 
-        fs = storage.s3fs_filesystem()
+        fs = storage.s3fs_filesystem(skip_instance_cache=True)
         fs_kwargs, h5_kwargs = self._open_kwargs()
         fileobj = fs.open(url, "rb", **fs_kwargs)
         try:
@@ -311,7 +311,7 @@ class XarrayH5netcdf(Reader):
         import h5py
         import xarray as xr
 
-        fs = storage.s3fs_filesystem()
+        fs = storage.s3fs_filesystem(skip_instance_cache=True)
         fileobj = fs.open(url, "rb")
         try:
             h5py.File(fileobj, "r").close()  # fail early and clearly on non-HDF5 input
@@ -343,20 +343,23 @@ class ZarrObstore(Reader):
                 "zarr_format": 3}
 
     def _store(self, loc):
+        """(store, closers)"""
         from zarr.storage import ObjectStore
 
-        return ObjectStore(storage.obstore_s3_store(loc.bucket, loc.key.rstrip("/") or None), read_only=True)
+        return ObjectStore(storage.obstore_s3_store(loc.bucket, loc.key.rstrip("/") or None), read_only=True), []
 
     def open(self, url):
         import zarr
 
         loc = storage.S3Location.parse(url)
-        store = self._store(loc)
+        store, closers = self._store(loc)
         try:
             group = zarr.open_group(store, mode="r", zarr_format=3)
         except (FileNotFoundError, KeyError, ValueError) as error:
+            for close in closers:
+                close()
             raise UserError(f"{url}: not a Zarr v3 group ({type(error).__name__}: {error})") from error
-        return ZarrHandle("zarr", group, {**self.settings, "zarr": zarr.__version__}, [])
+        return ZarrHandle("zarr", group, {**self.settings, "zarr": zarr.__version__}, closers)
 
 
 class ZarrFsspec(ZarrObstore):
@@ -371,8 +374,17 @@ class ZarrFsspec(ZarrObstore):
     def _store(self, loc):
         from zarr.storage import FsspecStore
 
-        fs = storage.s3fs_filesystem(asynchronous=True)
-        return FsspecStore(fs, read_only=True, path=f"{loc.bucket}/{loc.key.rstrip('/')}")
+        fs = storage.s3fs_filesystem(asynchronous=True, skip_instance_cache=True)
+
+        def close_session():
+            # an asynchronous s3fs never closes its aiohttp session itself; close it on zarr's loop
+            creator = getattr(fs, "_s3creator", None)
+            if creator is not None:
+                from zarr.core.sync import sync
+
+                sync(creator.__aexit__(None, None, None))
+
+        return FsspecStore(fs, read_only=True, path=f"{loc.bucket}/{loc.key.rstrip('/')}"), [close_session]
 
 
 READERS = {r.name: r for r in (H5pyS3fsDefault, H5pyS3fsAligned, H5pyRos3, XarrayH5netcdf, ZarrObstore, ZarrFsspec)}
