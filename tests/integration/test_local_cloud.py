@@ -41,10 +41,14 @@ def test_proxy_counts_per_client_and_adds_latency(cloud, bucket):
     s_fast.head_object(Bucket=bucket, Key="obj")  # warm both connections
     timings = {}
     for name, s3 in (("slow", s_slow), ("fast", s_fast)):
-        t = time.perf_counter()
+        each = []
         for i in range(5):
+            t = time.perf_counter()
             s3.get_object(Bucket=bucket, Key="obj", Range=f"bytes={i * 1000}-{i * 1000 + 999}")["Body"].read()
-        timings[name] = (time.perf_counter() - t) / 5
+            each.append(time.perf_counter() - t)
+        # the fastest of five: a busy machine only ever adds time, the emulated latency is a floor
+        timings[name] = min(each)
+    assert timings["slow"] >= 0.040
     assert timings["slow"] - timings["fast"] == pytest.approx(0.040, abs=0.015)
     stats = cloud.client_stats(slow["id"])
     assert (stats["requests"], stats["get_requests"], stats["head_requests"], stats["bytes_out"]) == (6, 5, 1, 5000)
