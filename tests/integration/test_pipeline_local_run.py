@@ -38,6 +38,17 @@ CI_PLAN = {
 }
 
 
+FAN_OUT_PLAN = {
+    "name": "fanout",
+    "variants": [{"kind": "rechunk-zarr", "chunks": {"time": 6, "lat": 19, "lon": 36}, "applies_to": "grid"}],
+    "patterns": {"grid": ["map-timestep"], "granule": []},
+    "readers": {"hdf5": [], "zarr": ["zarr-obstore"]},
+    "platforms": ["local-lambda"],
+    "repetitions": 1,
+    "fan_out_above_bytes": 1,
+}
+
+
 @pytest.fixture(scope="module")
 def run(local_cloud, tmp_path_factory):
     work = tmp_path_factory.mktemp("local-run")
@@ -52,6 +63,8 @@ def run(local_cloud, tmp_path_factory):
     pipeline = LocalPipeline(local_cloud)
     pipeline.setup()
     pipeline.put_plan("ci", CI_PLAN)
+    pipeline.put_plan("fanout", FAN_OUT_PLAN)
+    fanned = geos.write_geos(work / "fanned.nc", shape=(24, 19, 36))
     grid_event = pipeline.upload(grid, plan="ci")
     outcomes = pipeline.deliver(grid_event)
     duplicates = pipeline.deliver(grid_event)
@@ -63,6 +76,7 @@ def run(local_cloud, tmp_path_factory):
         t.join()
     for path in (granule, empty, flat):
         outcomes += pipeline.deliver(pipeline.upload(path, plan="ci"))
+    outcomes += pipeline.deliver(pipeline.upload(fanned, plan="fanout"))
     final = pipeline.wait([o for o in outcomes if o["status"] == "started"], timeout=900)
     by_key = {o["key"]: o for o in outcomes}
     try:
@@ -83,7 +97,7 @@ def test_duplicate_events_start_nothing_new(run):
     assert len(duplicates) == 3
     assert all(d["execution_name"] == first["execution_name"] for d in duplicates)
     executions = pipeline.sfn.list_executions(stateMachineArn=dispatch.state_machine_arn())["executions"]
-    assert len(executions) == 3  # grid, granule, flat: the empty upload never started one
+    assert len(executions) == 4  # grid, granule, flat, fanned: the empty upload never started one
 
 
 def test_every_planned_case_of_the_grid_is_measured_and_checked(run):
@@ -132,8 +146,8 @@ def test_nothing_is_written_under_incoming(run):
     pipeline = run[0]
     versions = pipeline.s3.list_object_versions(Bucket=dispatch.INGEST_BUCKET).get("Versions", [])
     keys = sorted(v["Key"] for v in versions)
-    assert keys == ["incoming/empty.h5", "incoming/flat.h5", "incoming/granule.h5", "incoming/grid sample.nc",
-                    "plans/ci.json"]
+    assert keys == ["incoming/empty.h5", "incoming/fanned.nc", "incoming/flat.h5", "incoming/granule.h5",
+                    "incoming/grid sample.nc", "plans/ci.json", "plans/fanout.json"]
     outputs = pipeline.s3.list_objects_v2(Bucket=dispatch.OUTPUTS_BUCKET).get("Contents", [])
     assert outputs and not any(o["Key"].startswith("incoming/") for o in outputs)
 
@@ -150,3 +164,20 @@ def test_case_metrics_reach_the_local_cloudwatch_with_the_dashboard_names(run):
     platforms = {d["Value"] for m in metrics for d in m["Dimensions"] if d["Name"] == obs.Dimension.PLATFORM}
     assert platforms == {"local-lambda", "local-fargate"}
     assert all(sorted(d["Name"] for d in m["Dimensions"]) == sorted(obs.BENCH_WALL_TIME.dimensions) for m in metrics)
+
+
+def test_a_big_rechunk_fans_out_over_work_units_and_is_published_whole(run):
+    import xarray as xr
+
+    pipeline, by_key, final, _ = run
+    fanned = by_key["incoming/fanned.nc"]
+    assert final[fanned["dataset_id"]] == "SUCCEEDED"
+    [variant] = items(pipeline, fanned, "VARIANT")
+    assert variant["variant"] == "zarr-6x19x36" and variant["status"] == "READY"
+    units = pipeline.s3.get_object(Bucket=dispatch.OUTPUTS_BUCKET, Key=f"runs/{fanned['dataset_id']}/work-units.json")
+    assert len(__import__("json").loads(units["Body"].read())) == 4  # 24 time steps in chunks of 6
+    [result] = items(pipeline, fanned, "RESULT")
+    assert result["checksum_ok"] is True
+    store = xr.open_zarr(variant["uri"], storage_options={"client_kwargs": {"endpoint_url": pipeline.cloud.moto_endpoint}})
+    expected = geos.geos_values(geos.GeosGrid((24, 19, 36)), 0, 24)
+    np.testing.assert_array_equal(store[geos.VARIABLE].values, expected)
