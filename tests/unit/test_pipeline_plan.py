@@ -99,3 +99,23 @@ def test_balanced_chunks_balance_series_and_maps_on_the_paper_grid():
     series_chunks = 5136 / ct
     map_chunks = (721 / cy) * (1152 / cx)
     assert 0.5 < series_chunks / map_chunks < 2
+
+
+def test_a_scaling_study_expands_to_n_adjacent_workers_per_count_and_mode():
+    plan = plans.merge_plan({"variants": [{"kind": "repack-paged", "page_size": "8MiB"}], "patterns": {"grid": []},
+                             "platforms": ["local-lambda"], "repetitions": 1,
+                             "scaling": {"workers": [1, 2, 4], "modes": ["strong", "weak"], "rows_per_worker": 12}})
+    specs = plans.variant_specs(plan, GRID)
+    cases = plans.expand_cases(plan, GRID, "d1", produced(specs))
+    assert len(cases) == (1 + 2 + 4) * 2
+    assert {c["pattern"] for c in cases} == {"slab-read"}
+    assert len({c["case_id"] for c in cases}) == len(cases)
+    four = [c["params"] for c in cases if c["params"]["workers"] == 4 and c["params"]["scaling"] == "weak"]
+    assert [p["worker"] for p in four] == [0, 1, 2, 3] and all(p["rows_per_worker"] == 12 for p in four)
+
+
+def test_bad_scaling_specs_are_refused():
+    with pytest.raises(PlanError, match="scaling.workers"):
+        plans.merge_plan({"scaling": {"workers": []}})
+    with pytest.raises(PlanError, match="neither 'strong' nor 'weak'"):
+        plans.merge_plan({"scaling": {"workers": [2], "modes": ["sideways"]}})

@@ -43,3 +43,19 @@ def test_results_whose_values_did_not_check_out_are_not_counted():
 def test_each_platform_is_summarised_on_its_own():
     summary = summarize("d", records("local-lambda") + records("local-fargate"))
     assert set(summary["platforms"]) == {"local-lambda", "local-fargate"}
+
+
+def test_scaling_reports_aggregate_throughput_and_efficiency_per_worker_count():
+    from layoutlab.report.summary import scaling
+
+    records = []
+    for n, seconds in ((1, 1.0), (2, 1.0), (4, 2.0)):  # 4 workers: the store saturates
+        for k in range(n):
+            records.append({"kind": "RESULT", "pattern": "slab-read", "variant": "zarr", "platform": "lambda-1769",
+                            "repetition": 0, "checksum_ok": True, "load_s": seconds, "bytes_needed": 2**20 * 100,
+                            "pattern_params": {"workers": n, "worker": k, "scaling": "weak"}})
+    points = scaling(records)["lambda-1769"]["zarr"]["weak"]
+    assert [(p["workers"], round(p["aggregate_mib_s"])) for p in points] == [(1, 100), (2, 200), (4, 200)]
+    assert [round(p["efficiency"], 2) for p in points] == [1.0, 1.0, 0.5]
+    summary = summarize("d", records)
+    assert summary["platforms"] == {}  # slab reads are not a pattern to pick a layout by

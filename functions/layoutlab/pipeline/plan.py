@@ -123,6 +123,16 @@ def validate_plan(plan: dict) -> None:
     repetitions = plan.get("repetitions", 1)
     if not isinstance(repetitions, int) or not 1 <= repetitions <= 100:
         fail(f"'repetitions' must be an integer 1..100, got {repetitions!r}")
+    scaling = plan.get("scaling")
+    if scaling is not None:
+        if not isinstance(scaling, dict):
+            fail("'scaling' must be an object like {\"workers\": [1, 2, 4], \"modes\": [\"strong\", \"weak\"]}")
+        workers = scaling.get("workers")
+        if not workers or not all(isinstance(n, int) and 1 <= n <= 1000 for n in workers):
+            fail("'scaling.workers' must list worker counts 1..1000")
+        for mode in scaling.get("modes", ["strong"]):
+            if mode not in ("strong", "weak"):
+                fail(f"'scaling.modes': {mode!r} is neither 'strong' nor 'weak'")
     fan_out = plan.get("fan_out_above_bytes", 0)
     if not isinstance(fan_out, int) or fan_out < 0:
         fail(f"'fan_out_above_bytes' must be a non-negative integer, got {fan_out!r}")
@@ -260,5 +270,43 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
                             "repetition": repetition,
                             "params": {**_known_params(pattern, facts.pattern_params()),
                                        **plan.get("pattern_params", {}).get(pattern, {})},
+                        })
+        cases += _scaling_cases(plan, facts, dataset_id, variants, repetition)
+    return cases
+
+
+def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict], repetition: int) -> list[dict]:
+    """Xu et al.'s scaling study: N concurrent ``slab-read`` cases, worker K of N, strong or weak.
+
+    Strong: the variable split N ways; weak: ``rows_per_worker`` rows each. The N
+    cases of one study are adjacent in the list, so a Distributed Map with
+    ``max_concurrency`` >= N runs them side by side; the summary reports the
+    aggregate throughput against N.
+    """
+    scaling = plan.get("scaling")
+    if not scaling:
+        return []
+    chosen = set(scaling.get("variants") or [v["name"] for v in variants])
+    cases = []
+    for variant in (v for v in variants if v["name"] in chosen):
+        readers = _for_kind(plan["readers"], variant["format"])
+        reader = scaling.get("reader") or (readers[0] if readers else None)
+        if reader is None:
+            continue
+        for platform in plan["platforms"]:
+            kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
+            for mode in scaling.get("modes", ["strong"]):
+                for n in scaling["workers"]:
+                    for k in range(n):
+                        params = {**_known_params("slab-read", facts.pattern_params()),
+                                  "workers": n, "worker": k, "scaling": mode}
+                        if scaling.get("rows_per_worker"):
+                            params["rows_per_worker"] = int(scaling["rows_per_worker"])
+                        cases.append({
+                            "case_id": f"{variant['name']}#slab-read-{mode}-{n}w-{k}#{reader}#{platform}#{repetition:03d}",
+                            "dataset_id": dataset_id, "dataset": dataset_id, "variant": variant["name"],
+                            "format": variant["format"], "target": variant["uri"], "pattern": "slab-read",
+                            "reader": reader, "platform": platform, "platform_kind": kind,
+                            "repetition": repetition, "params": params,
                         })
     return cases

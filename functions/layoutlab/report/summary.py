@@ -22,11 +22,16 @@ TIMESERIES_PATTERNS = ("timeseries-point", "timeseries-region-mean")
 MAP_PATTERNS = ("map-timestep", "map-time-mean")
 
 
+SCALING_PATTERN = "slab-read"
+
+
 def _median_times(records: list[dict]) -> dict[tuple, float]:
     """(platform, pattern, variant, reader) -> median wall_s over good repetitions."""
     times: dict[tuple, list[float]] = defaultdict(list)
     for record in records:
         if record.get("kind", "RESULT") != "RESULT" or not record.get("checksum_ok", False):
+            continue
+        if record.get("pattern") == SCALING_PATTERN:  # reported by scaling(), per worker count
             continue
         wall = record.get("wall_s")
         if wall is None:
@@ -70,6 +75,7 @@ def summarize(dataset_id: str, records: list[dict]) -> dict:
         }
     failed = sum(1 for r in records if r.get("kind", "RESULT") == "RESULT" and not r.get("checksum_ok", False))
     return {
+        "scaling": scaling(records),
         "dataset": dataset_id,
         "results_counted": sum(1 for r in records if r.get("checksum_ok")),
         "results_excluded": failed,
@@ -104,3 +110,40 @@ def _min_worst_slowdown(by_pattern: dict[str, dict[str, float]]) -> dict | None:
 
     choice = min(variants, key=worst)
     return {"variant": choice, "worst_slowdown": worst(choice)}
+
+
+def scaling(records: list[dict]) -> dict:
+    """Xu et al.'s scaling study: aggregate throughput of N concurrent slab reads against N.
+
+    For each (platform, variant, mode, N) and repetition, the N workers' bytes
+    over the slowest worker's load time (they start together when the Map's
+    concurrency allows it), then the median over repetitions. Efficiency is the
+    aggregate over N times the one-worker throughput of the same study.
+    """
+    groups: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.get("pattern") != SCALING_PATTERN or not r.get("checksum_ok"):
+            continue
+        params = r.get("pattern_params") or {}
+        key = (r["platform"], r["variant"], params.get("scaling", "strong"), int(params.get("workers", 1)))
+        groups[key][int(r.get("repetition", 0))].append(r)
+    out: dict = {}
+    for (platform, variant, mode, n), by_rep in sorted(groups.items()):
+        rates = []
+        for workers in by_rep.values():
+            if len(workers) != n:
+                continue  # an incomplete study (a worker failed) says nothing about N
+            slowest = max(float(w.get("load_s") or w.get("wall_s") or 0) for w in workers)
+            moved = sum(int(w.get("bytes_needed") or 0) for w in workers)
+            if slowest > 0:
+                rates.append(moved / slowest / 2**20)
+        if rates:
+            out.setdefault(platform, {}).setdefault(variant, {}).setdefault(mode, []).append(
+                {"workers": n, "aggregate_mib_s": statistics.median(rates)})
+    for variants in out.values():
+        for modes in variants.values():
+            for points in modes.values():
+                base = next((p["aggregate_mib_s"] for p in points if p["workers"] == 1), None)
+                for p in points:
+                    p["efficiency"] = p["aggregate_mib_s"] / (base * p["workers"]) if base else None
+    return out

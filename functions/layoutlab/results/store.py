@@ -35,6 +35,10 @@ def dataset_pk(dataset_id: str) -> str:
 
 
 def result_sort_key(record: dict) -> str:
+    """``RESULT#<case_id>``; a case id is variant#pattern#reader#platform#rep (plus the
+    worker for a scaling study's cases), derived when the record carries none."""
+    if record.get("case_id"):
+        return f"RESULT#{record['case_id']}"
     return "RESULT#" + "#".join(
         str(record[name]) for name in ("variant", "pattern", "reader", "platform")
     ) + f"#{int(record['repetition']):03d}"
@@ -150,7 +154,8 @@ class ResultsStore:
             PK: dataset_pk(record["dataset"]),
             SK: result_sort_key(record),
             GSI1PK: f"PATTERN#{record['pattern']}",
-            GSI1SK: f"{rest}#{int(record['repetition']):03d}",
+            GSI1SK: f"{rest}#{int(record['repetition']):03d}" + (
+                f"#{record['case_id']}" if record.get("case_id") else ""),
             "kind": "RESULT",
         }
         return self._put(item)
