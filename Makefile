@@ -11,12 +11,16 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-rechunk bench-rechunk-venv
+.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
+        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access cdk-cli layer synth deploy destroy
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
 	@echo "make test   - set up .venv and run the whole test suite"
 	@echo "make test-unit | test-integration | test-infra - one level of the suite"
+	@echo "make synth ENV=dev   - build the Lambda layer, synthesize the CDK app into cdk.out/ (offline, no credentials)"
+	@echo "make deploy ENV=dev  - cdk deploy --all -c env=ENV (needs AWS credentials and a bootstrapped account)"
+	@echo "make destroy ENV=dev - cdk destroy --all -c env=ENV"
 	@echo "make clean  - remove .venv and generated files"
 
 # Debian tools the project calls: h5repack/h5stat (the reference tool and oracle)
@@ -67,5 +71,44 @@ bench-rechunk-venv: $(RECHUNKER_VENV)/bin/rechunker-ready
 bench-rechunk: venv bench-rechunk-venv
 	$(PY) benchmarks/bench_rechunk.py --rechunker-python $(RECHUNKER_VENV)/bin/python --seed-grid
 
+# --- deploy (issue 6): the CDK CLI is a pinned npm dev dependency (package-lock.json);
+# the app itself is Python (cdk/app.py, run by the CLI through cdk.json).
+CDK := node_modules/.bin/cdk
+
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "npm not found: install Node.js 20+ (aws-cdk-lib runs on it too)"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+cdk-cli: node_modules/.installed
+
+# The Lambda dependency layer: Linux x86_64 / CPython 3.11 wheels via pip --platform
+# (rebuilt only when pyproject's dependencies change; see layers/build_layer.py).
+layer: venv
+	$(PY) layers/build_layer.py --quiet
+
+synth: venv cdk-cli layer
+	$(CDK) synth -c env=$(ENV) --quiet
+	@echo "templates in cdk.out/ (layoutlab-$(ENV)-data|compute|pipeline|observability)"
+
+deploy: venv cdk-cli layer
+	$(CDK) deploy --all -c env=$(ENV)
+
+destroy: venv cdk-cli layer
+	$(CDK) destroy --all -c env=$(ENV)
+
+# layoutlab repack vs h5repack on ~1 GB GEOS-like and ATL03-like inputs (+ the 4 GB memory
+# check); figures go to benchmarks/results/bench_repack.json and README.
+bench-repack: sysdeps venv
+	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
+
 clean:
-	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output
+	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
+
+# Issue 4's measurements of the benchmark instrument (see README, section bench).
+bench-ranged-get: venv
+	$(PY) benchmarks/bench_ranged_get.py
+
+bench-access: sysdeps venv
+	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
+	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json

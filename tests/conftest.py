@@ -21,3 +21,12 @@ for name, value in {
     os.environ[name] = value
 for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
     os.environ.pop(name, None)
+
+# Local-cloud state and kept demo results go to a fresh folder, never the user's.
+import tempfile  # noqa: E402
+
+os.environ["LAYOUTLAB_STATE_DIR"] = tempfile.mkdtemp(prefix="layoutlab-test-state-")
+
+# The local cloud fixtures (`local_cloud`, session-scoped; `cloud`, per test with
+# the environment set and moto reset afterwards): see layoutlab/local/pytest_plugin.py.
+pytest_plugins = ["layoutlab.local.pytest_plugin"]

@@ -1,0 +1,200 @@
+#!/usr/bin/env python
+"""layoutlab repack vs h5repack -S PAGE -G <same>, side by side in one run.
+
+For each input (a ~1 GB GEOS-like NetCDF-4 and a ~1 GB ATL03-like HDF5 by
+default) both tools run as fresh processes, alternating, ``--repeat`` times:
+wall time, output size (overhead against the input) and peak RSS of each
+process (from ``wait4``). The ratio is layoutlab / h5repack on the median
+times; <= 1.0 means at least as fast. ``--memory-check-gb`` adds the bounded
+memory check: repack of a GEOS-like input of that size must stay under 1 GB RSS.
+
+Inputs are generated into ``--workdir`` when missing (and kept with ``--keep``).
+Prints a table and writes JSON (``--json``).
+
+    python benchmarks/bench_repack.py --workdir /tmp/hdf5/bench --repeat 3 --memory-check-gb 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "functions"))
+
+from layoutlab.convert.repack_hdf5 import parse_size  # noqa: E402
+from layoutlab.samples import atl03, geos  # noqa: E402
+
+GEOS_STEP_BYTES = 721 * 1152 * 4  # one full-resolution time step, uncompressed
+
+
+# The measured process is started by a lean launcher (python -S, ~10 MB), not
+# forked from this one: a child's peak RSS includes what it had before exec,
+# and this process holds h5py/numpy (~250 MB) after generating the inputs.
+LAUNCHER = """
+import json, os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(json.dumps({"seconds": time.perf_counter() - started, "maxrss_kib": usage.ru_maxrss,
+                  "code": os.waitstatus_to_exitcode(status)}), file=sys.stderr)
+"""
+
+
+def measure(argv: list[str]) -> dict:
+    """Run ``argv`` as a fresh process; wall seconds and peak RSS (the kernel's rusage of that process)."""
+    result = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *argv], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "functions")})
+    lines = result.stderr.strip().splitlines()
+    status = json.loads(lines[-1])
+    if status["code"] != 0:
+        raise RuntimeError(f"{argv[0]} failed ({status['code']}): {chr(10).join(lines[-20:-1])}")
+    return {"seconds": status["seconds"], "peak_rss_bytes": status["maxrss_kib"] * 1024, "stdout": result.stdout}
+
+
+def ensure_geos(path: Path, steps: int) -> Path:
+    if not path.exists():
+        print(f"generating {path} ({steps} x 721 x 1152) ...", flush=True)
+        geos.write_geos(path, shape=(steps, 721, 1152))
+    return path
+
+
+def ensure_atl03(path: Path, photons: int) -> Path:
+    if not path.exists():
+        print(f"generating {path} (6 beams x {photons} photons) ...", flush=True)
+        atl03.write_atl03(path, photons=photons)
+    return path
+
+
+def warm(path: Path) -> None:
+    """Read the input once so both tools start from the same (warm) page cache."""
+    with open(path, "rb") as stream:
+        while stream.read(64 << 20):
+            pass
+
+
+def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int) -> dict:
+    ours_out, ref_out = workdir / f"{src.stem}.layoutlab.h5", workdir / f"{src.stem}.h5repack.h5"
+    layoutlab = [sys.executable, "-m", "layoutlab.cli", "repack", str(src), str(ours_out),
+                 "--page-size", str(page_size), "--json"]
+    h5repack = ["h5repack", "-S", "PAGE", "-G", str(page_size), str(src), str(ref_out)]
+    warm(src)
+    runs = {"layoutlab": [], "h5repack": []}
+    for _ in range(repeat):
+        for tool, argv in (("h5repack", h5repack), ("layoutlab", layoutlab)):
+            for stale in (ours_out, ref_out):
+                stale.unlink(missing_ok=True)
+            # Start each run with no dirty pages: otherwise one tool pays for the
+            # other's writeback (1 GB outputs exceed the kernel's dirty limits).
+            os.sync()
+            result = measure(argv)
+            if tool == "layoutlab":
+                result["in_process_seconds"] = json.loads(result["stdout"])["seconds"]
+            result.pop("stdout")
+            result["output_bytes"] = (ours_out if tool == "layoutlab" else ref_out).stat().st_size
+            runs[tool].append(result)
+    input_bytes = src.stat().st_size
+    row = {"input": name, "input_bytes": input_bytes, "page_size": page_size, "repeat": repeat, "runs": runs}
+    for tool, results in runs.items():
+        row[tool] = {
+            "median_seconds": statistics.median(r["seconds"] for r in results),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in results),
+            "output_bytes": results[-1]["output_bytes"],
+            "size_overhead": results[-1]["output_bytes"] / input_bytes - 1,
+        }
+    row["layoutlab"]["median_in_process_seconds"] = statistics.median(r["in_process_seconds"] for r in runs["layoutlab"])
+    row["time_ratio"] = row["layoutlab"]["median_seconds"] / row["h5repack"]["median_seconds"]
+    row["in_process_time_ratio"] = row["layoutlab"]["median_in_process_seconds"] / row["h5repack"]["median_seconds"]
+    for stale in (ours_out, ref_out):
+        stale.unlink(missing_ok=True)
+    return row
+
+
+def memory_check(workdir: Path, gigabytes: float, page_size: int, keep: bool) -> dict:
+    steps = int(gigabytes * 1e9 / (GEOS_STEP_BYTES * 0.66)) + 1  # zlib+shuffle keeps ~2/3 of the bytes
+    src = ensure_geos(workdir / f"geos-{gigabytes:g}gb.nc", steps)
+    out = workdir / "memory-check.h5"
+    os.sync()
+    result = measure([sys.executable, "-m", "layoutlab.cli", "repack", str(src), str(out),
+                      "--page-size", str(page_size), "--json"])
+    row = {"input_bytes": src.stat().st_size, "seconds": result["seconds"], "peak_rss_bytes": result["peak_rss_bytes"],
+           "limit_bytes": 1 << 30, "ok": result["peak_rss_bytes"] < (1 << 30)}
+    out.unlink(missing_ok=True)
+    if not keep:
+        src.unlink(missing_ok=True)
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="/tmp/hdf5/bench", help="where inputs and outputs go (default: %(default)s)")
+    parser.add_argument("--geos-steps", type=int, default=430,
+                        help="full-resolution time steps of the GEOS-like input (430 ~ 1 GB; default: %(default)s)")
+    parser.add_argument("--atl03-photons", type=int, default=6_800_000,
+                        help="photons per beam of the ATL03-like input (6.8M ~ 1 GB; default: %(default)s)")
+    parser.add_argument("--page-size", default="8MiB", help="page size for both tools (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool per input (default: %(default)s)")
+    parser.add_argument("--memory-check-gb", type=float, default=0,
+                        help="also repack a GEOS-like input of this many GB and check peak RSS < 1 GB (0: skip)")
+    parser.add_argument("--keep", action="store_true", help="keep generated inputs for the next run")
+    parser.add_argument("--json", default="benchmarks/results/bench_repack.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    if not shutil.which("h5repack"):
+        parser.error("h5repack not found: install Debian's hdf5-tools (make sysdeps)")
+    page_size = parse_size(args.page_size)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    env_load = os.getloadavg()
+    inputs = [
+        ("GEOS-like NetCDF-4", ensure_geos(workdir / f"geos-{args.geos_steps}.nc", args.geos_steps)),
+        ("ATL03-like HDF5", ensure_atl03(workdir / f"atl03-{args.atl03_photons}.h5", args.atl03_photons)),
+    ]
+    rows = [compare(name, path, workdir, page_size, args.repeat) for name, path in inputs]
+    memory = memory_check(workdir, args.memory_check_gb, page_size, args.keep) if args.memory_check_gb else None
+    if not args.keep:
+        for _, path in inputs:
+            path.unlink(missing_ok=True)
+    h5repack_version = subprocess.run(["h5repack", "--version"], capture_output=True, text=True).stdout.strip()
+    import h5py
+
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
+        "h5py": h5py.version.version, "hdf5_in_h5py": h5py.version.hdf5_version, "h5repack": h5repack_version,
+        "load_average_start": env_load, "load_average_end": os.getloadavg(),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "rows": rows, "memory_check": memory,
+    }
+    print(f"\n{report['date']}  {report['machine']}  load {env_load[0]:.2f} -> {report['load_average_end'][0]:.2f}")
+    print(f"{'input':<22}{'size':>9}  {'tool':<10}{'time s':>8}{'ratio':>7}{'overhead':>10}{'peak RSS':>10}")
+    for row in rows:
+        for tool in ("h5repack", "layoutlab"):
+            r = row[tool]
+            ratio = f"{row['time_ratio']:.2f}" if tool == "layoutlab" else ""
+            print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<10}{r['median_seconds']:>8.2f}"
+                  f"{ratio:>7}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
+        print(f"{'':<33}(layoutlab in-process {row['layoutlab']['median_in_process_seconds']:.2f} s, "
+              f"ratio {row['in_process_time_ratio']:.2f})")
+    if memory:
+        print(f"memory check: {memory['input_bytes'] / 1e9:.2f} GB input, peak RSS {memory['peak_rss_bytes'] / 1e6:.0f} MB "
+              f"({'OK' if memory['ok'] else 'OVER'} the 1 GB bound), {memory['seconds']:.1f} s")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The layoutlab CDK app: four stacks per environment (data, compute, pipeline, observability)."""

@@ -1,0 +1,194 @@
+"""layoutlab-<env>-pipeline: the state machine and the trigger that feeds it.
+
+The state machine's definition is ``stepfunctions/pipeline.asl.json`` verbatim —
+the same file the local run executes — passed with ``DefinitionBody.from_string``
+(so the template shows it, unlike ``from_file``'s S3 asset) and CloudFormation
+``DefinitionSubstitutions`` for every ``${Name}`` in it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from . import iam as policy
+from .compute_stack import ComputeStack, retention
+from .nag import acknowledge
+from .config import ASL_PATH, INGEST_PREFIX, OUTPUT_PREFIXES, EnvConfig
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
+
+
+def asl_placeholders(text: str) -> set[str]:
+    """Every ``${Name}`` the definition expects to be substituted."""
+    return set(PLACEHOLDER.findall(text))
+
+
+class PipelineStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: EnvConfig,
+        compute: ComputeStack,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        removal = RemovalPolicy.DESTROY if config.destroy_on_delete else RemovalPolicy.RETAIN
+        functions = compute.functions
+        outputs_bucket = config.bucket_name("outputs")
+
+        self.definition_text = ASL_PATH.read_text()
+        self.substitutions = {
+            "PlanFunctionArn": functions["plan"].function_arn,
+            "ConvertFunctionArn": functions["convert"].function_arn,
+            "BenchFunctionArn": functions["bench"].function_arn,
+            "SummarizeFunctionArn": functions["summarize"].function_arn,
+            "RecordFailureFunctionArn": functions["record_failure"].function_arn,
+            "ClusterArn": compute.cluster.cluster_arn,
+            "ConvertTaskDefinitionArn": compute.convert_task.task_definition_arn,
+            "BenchTaskDefinitionArn": compute.bench_task.task_definition_arn,
+            "TaskSubnet1": compute.task_subnets[0].subnet_id,
+            "TaskSubnet2": compute.task_subnets[1].subnet_id,
+            "TaskSecurityGroup": compute.task_security_group.security_group_id,
+            "TaskContainerName": compute.task_container_name,
+            "OutputsBucketName": outputs_bucket,
+        }
+        missing = asl_placeholders(self.definition_text) - set(self.substitutions)
+        unused = set(self.substitutions) - asl_placeholders(self.definition_text)
+        if missing or unused:
+            raise ValueError(f"{ASL_PATH}: substitutions missing {sorted(missing)}, unused {sorted(unused)}")
+
+        role = iam.Role(
+            self,
+            "StateMachineRole",
+            assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+            description="layoutlab pipeline state machine",
+        )
+        self.state_machine_arn = self.format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=config.state_machine_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        executions_arn = self.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{config.state_machine_name}/*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        invoked = [functions[n] for n in ("plan", "convert", "bench", "summarize", "record_failure")]
+        policy.allow(role, ["lambda:InvokeFunction"], [f.function_arn for f in invoked])
+        # ecs:runTask.sync: run the task, watch it, stop it on abort, pass its roles.
+        policy.allow(
+            role,
+            ["ecs:RunTask"],
+            [compute.convert_task.task_definition_arn, compute.bench_task.task_definition_arn],
+            conditions={"ArnEquals": {"ecs:cluster": compute.cluster.cluster_arn}},
+        )
+        policy.allow(
+            role,
+            ["ecs:StopTask", "ecs:DescribeTasks"],
+            [f"arn:{Aws.PARTITION}:ecs:{Aws.REGION}:{Aws.ACCOUNT_ID}:task/{config.cluster_name}/*"],
+            wildcard_reason="ECS assigns task ids at run time; scoped to the tasks of this pipeline's cluster.",
+        )
+        policy.allow(
+            role,
+            ["iam:PassRole"],
+            [
+                compute.convert_task.task_role.role_arn,
+                compute.convert_task.obtain_execution_role().role_arn,
+                compute.bench_task.task_role.role_arn,
+                compute.bench_task.obtain_execution_role().role_arn,
+            ],
+            conditions={"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}},
+        )
+        policy.allow(
+            role,
+            ["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+            [f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}:rule/StepFunctionsGetEventsForECSTaskRule"],
+        )
+        # Distributed Map: read the lists plan wrote, write the ResultWriter output.
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["runs"]], policy.S3_READ)
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_READ + policy.S3_WRITE)
+        # Distributed Map runs its iterations as child executions of this state machine.
+        policy.allow(role, ["states:StartExecution"], [self.state_machine_arn])
+        policy.allow(
+            role,
+            ["states:DescribeExecution", "states:StopExecution"],
+            [executions_arn],
+            wildcard_reason="Distributed Map child executions are named at run time; scoped to executions "
+            "of this state machine.",
+        )
+
+        log_group = logs.LogGroup(
+            self,
+            "StateMachineLogs",
+            log_group_name=f"/aws/vendedlogs/states/{config.state_machine_name}",
+            retention=retention(config.log_retention_days),
+            removal_policy=removal,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "Pipeline",
+            state_machine_name=config.state_machine_name,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_string(self.definition_text),
+            definition_substitutions=self.substitutions,
+            role=role,
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            tracing_enabled=True,
+            removal_policy=removal,
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "CloudWatch Logs delivery (logs:CreateLogDelivery & co.) and X-Ray tracing actions have "
+            "no resource-level permissions; AWS requires Resource '*'.",
+        )
+
+        # ---- trigger: S3 Object Created under incoming/ → ingest --------------------------
+        self.trigger_failures = sqs.Queue(
+            self,
+            "TriggerFailures",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+            removal_policy=removal,
+        )
+        acknowledge(
+            self.trigger_failures,
+            "AwsSolutions-SQS3",
+            "This queue is the EventBridge rule target's dead-letter queue.",
+        )
+        self.trigger = events.Rule(
+            self,
+            "IngestTrigger",
+            description=f"Object Created under s3://<ingest>/{INGEST_PREFIX} starts layoutlab ingest",
+            event_pattern=events.EventPattern(
+                source=["aws.s3"],
+                detail_type=["Object Created"],
+                detail={
+                    "bucket": {"name": [config.bucket_name("ingest")]},
+                    "object": {"key": [{"prefix": INGEST_PREFIX}]},
+                },
+            ),
+            targets=[
+                targets.LambdaFunction(
+                    functions["ingest"],
+                    dead_letter_queue=self.trigger_failures,
+                    retry_attempts=8,
+                    max_event_age=Duration.hours(2),
+                )
+            ],
+        )
+        CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)

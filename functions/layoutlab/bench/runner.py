@@ -1,0 +1,261 @@
+"""Run benchmark cases and turn them into result records.
+
+A *case* is a plain dict::
+
+    {"target": "s3://bucket/key", "pattern": "map-timestep", "reader": "zarr-obstore",
+     "params": {...}, "reader_options": {...}, "dataset": "...", "variant": "...",
+     "platform": "local-lambda", "repetition": 0, "latency_ms": 25, "bandwidth_mbps": 720}
+
+- ``run_case(case)`` measures it in *this* process (the bench Lambda/Fargate entry
+  point calls it: there the invocation itself is the fresh process). It never
+  raises for a bad target: it returns an error record.
+- ``run_case_isolated(case, cloud)`` runs ``run_case`` in a fresh process pinned to
+  one core with the platform's memory limit (``layoutlab.local.isolation``), as the
+  local runner must, and adds what the parent saw (peak RSS, process time).
+- ``run_cases`` runs a list sequentially with a progress bar.
+
+Request accounting: when ``LAYOUTLAB_PROXY_CONTROL`` names the local S3 proxy,
+``run_case`` opens a proxy client of its own with the case's latency/bandwidth
+and reads its counters after each phase. Elsewhere (real S3) requests are not
+counted (``request_counting: "none"``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from layoutlab import storage
+from layoutlab.errors import UserError
+from layoutlab.results.record import derive_rates, error_record, new_record
+
+CASE_KEYS = {"target", "pattern", "reader", "params", "reader_options", "dataset", "variant", "platform",
+             "repetition", "latency_ms", "bandwidth_mbps", "seed", "check_values"}
+
+
+def _identity(case: dict) -> dict:
+    target = str(case.get("target", ""))
+    platform = case.get("platform") or "local-lambda"
+    return {
+        "dataset": str(case.get("dataset") or Path(target.rstrip("/")).name or target),
+        "variant": str(case.get("variant") or "original"),
+        "target": target,
+        "pattern": str(case.get("pattern", "")),
+        "reader": str(case.get("reader", "")),
+        "platform": str(platform),
+        "repetition": int(case.get("repetition", 0) or 0),
+    }
+
+
+def _platform_profile(name: str) -> dict | None:
+    from layoutlab.platforms import platform_profile
+
+    try:
+        return platform_profile(name).to_dict()
+    except UserError:
+        return None
+
+
+class _Counter:
+    """Per-case proxy client: own port, own latency/bandwidth, own counters."""
+
+    def __init__(self, case: dict):
+        self.control = os.environ.get("LAYOUTLAB_PROXY_CONTROL")
+        self.client = None
+        if self.control:
+            from layoutlab.local.cloud import _http_json
+
+            self._http = _http_json
+            spec = {"name": "bench"}
+            for key in ("latency_ms", "bandwidth_mbps"):
+                if case.get(key) is not None:
+                    spec[key] = float(case[key])
+            self.client = self._http("POST", self.control + "/clients", spec)
+
+    @property
+    def endpoint(self) -> str | None:
+        return f"http://127.0.0.1:{self.client['port']}" if self.client else None
+
+    def snapshot(self) -> dict | None:
+        if not self.client:
+            return None
+        return self._http("GET", f"{self.control}/clients/{self.client['id']}")
+
+    def close(self) -> dict | None:
+        if not self.client:
+            return None
+        stats = self._http("DELETE", f"{self.control}/clients/{self.client['id']}")
+        self.client = None
+        return stats
+
+
+def _phase(before, after, seconds):
+    if before is None or after is None:
+        return {"s": seconds, "requests": None, "bytes": None}
+    return {"s": seconds, "requests": after["requests"] - before["requests"],
+            "bytes": after["bytes_out"] - before["bytes_out"]}
+
+
+def _peak_rss_mb() -> float:
+    from layoutlab.local.isolation import peak_rss_mb
+
+    return peak_rss_mb()
+
+
+def run_case(case: dict) -> dict:
+    """Measure one case in this process and return its result record (status ok or error)."""
+    identity = _identity(case)
+    base = {**identity, "platform_profile": _platform_profile(identity["platform"]),
+            "latency_ms": None, "bandwidth_mbps": None}
+    unknown = set(case) - CASE_KEYS
+    if unknown:
+        return error_record(f"case: unknown key(s) {sorted(unknown)}", **base)
+    counter = None
+    previous_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
+    try:
+        from layoutlab.bench.patterns import check_values, get_pattern
+        from layoutlab.bench.readers import make_reader
+
+        target = identity["target"]
+        if not storage.is_s3_url(target):
+            if not target or not Path(target).exists():
+                raise UserError(f"{target or '<empty>'}: no such file or directory")
+            raise UserError(f"{target}: a case target must be an s3:// URL (upload local files first)")
+        pattern = get_pattern(identity["pattern"])
+        params = pattern.params(case.get("params"))
+        reader = make_reader(identity["reader"], case.get("reader_options"), identity["variant"])
+        base.update(pattern_params=params, reader_settings=reader.settings)
+
+        counter = _Counter(case)
+        if counter.client:
+            os.environ["AWS_ENDPOINT_URL_S3"] = counter.endpoint
+            base.update(latency_ms=counter.client["latency_ms"], bandwidth_mbps=counter.client["bandwidth_mbps"],
+                        request_counting="proxy")
+
+        reader.prepare()
+        import numpy  # noqa: F401  (patterns need it; import cost is not the pattern's)
+
+        s0 = counter.snapshot()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        handle = reader.open(target)
+        t1 = time.perf_counter()
+        s1 = counter.snapshot()
+        try:
+            t1b = time.perf_counter()
+            selection = pattern.select(handle, params)
+            t2 = time.perf_counter()
+            s2 = counter.snapshot()
+            t2b = time.perf_counter()
+            loaded = pattern.load(handle, selection)
+            t3 = time.perf_counter()
+            cpu = time.process_time() - cpu0
+            s3 = counter.snapshot()
+            settings = {**reader.settings, **handle.settings}
+            checksum = check_values(handle, selection, loaded, case.get("seed")) if case.get(
+                "check_values", True) else None
+        finally:
+            handle.close()
+        open_s, select_s, load_s = t1 - t0, t2 - t1b, t3 - t2b
+        record = new_record(**base)
+        record.update(
+            reader_settings=settings, open_s=open_s, select_s=select_s, load_s=load_s,
+            wall_s=open_s + select_s + load_s, cpu_s=cpu, peak_rss_mb=_peak_rss_mb(),
+            bytes_needed=loaded.bytes_needed, points=loaded.points, checksum_ok=checksum,
+            selection=selection.info, result_summary=loaded.summary,
+            phases={"open": _phase(s0, s1, open_s), "select": _phase(s1, s2, select_s),
+                    "load": _phase(s2, s3, load_s)},
+        )
+        if s3 is not None:
+            record.update(requests=s3["requests"] - s0["requests"],
+                          get_requests=s3["get_requests"] - s0["get_requests"],
+                          head_requests=s3["head_requests"] - s0["head_requests"],
+                          bytes_transferred=s3["bytes_out"] - s0["bytes_out"])
+        return derive_rates(record)
+    except UserError as error:
+        message = str(error)
+        return error_record(message if identity["target"] in message else f"{identity['target']}: {message}", **base)
+    except FileNotFoundError as error:
+        return error_record(f"{identity['target']}: not found ({error})", **base)
+    except Exception as error:  # a bad target must give a record, not a traceback; keep the type for debugging
+        return error_record(f"{identity['target']}: {type(error).__name__}: {error}", **base)
+    finally:
+        if counter is not None:
+            try:
+                counter.close()
+            except OSError:
+                pass
+        if previous_endpoint is None:
+            os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+        else:
+            os.environ["AWS_ENDPOINT_URL_S3"] = previous_endpoint
+
+
+def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> dict:
+    """``run_case`` in a fresh process pinned to one core with the platform's memory limit."""
+    from layoutlab.local.isolation import run_isolated
+    from layoutlab.platforms import platform_profile
+
+    identity = _identity(case)
+    try:
+        profile = platform_profile(identity["platform"])
+    except UserError as error:
+        return error_record(str(error), **identity)
+    env = cloud.env() if cloud is not None else {}
+    outcome = run_isolated("layoutlab.bench.runner:run_case", case, memory_mb=profile.memory_mb, env=env,
+                           timeout=timeout)
+    isolation = {"fresh_process": True, "cpu": outcome.cpu, "memory_limit_mb": profile.memory_mb,
+                 "memory_limit": outcome.memory_limit, "process_wall_s": outcome.process_wall_s,
+                 "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s}
+    if outcome.ok:
+        record = outcome.result
+        record["peak_rss_mb"] = outcome.peak_rss_mb  # the child's peak up to its exit (after the checksum too)
+    else:
+        record = error_record(outcome.error, **identity, platform_profile=profile.to_dict())
+        record["peak_rss_mb"] = outcome.peak_rss_mb
+    record["isolation"] = isolation
+    return derive_rates(record)
+
+
+def run_cases(cases: list[dict], cloud=None, isolated: bool = True, progress: bool = True, on_record=None) -> list:
+    """Run ``cases`` one after the other (never in parallel: they would share the core)."""
+    from tqdm import tqdm
+
+    records = []
+    bar = tqdm(cases, desc="bench", unit="case", disable=not progress)
+    for case in bar:
+        bar.set_postfix_str(f"{case.get('pattern')} {case.get('reader')}")
+        record = run_case_isolated(case, cloud) if isolated else run_case(case)
+        records.append(record)
+        if on_record:
+            on_record(record)
+    return records
+
+
+# -- targets -------------------------------------------------------------------
+BENCH_BUCKET = "layoutlab-bench"
+
+
+def upload_target(path: str | os.PathLike, cloud, bucket: str = BENCH_BUCKET, prefix: str = "targets") -> str:
+    """Upload a local file or directory (Zarr store) to the local cloud; return its s3:// URL.
+
+    Uploads go straight to moto (no emulated latency, not counted); keys are
+    under ``targets/``, never ``incoming/``.
+    """
+    import boto3
+
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory")
+    s3 = boto3.client("s3", endpoint_url=cloud.moto_endpoint, region_name=storage.aws_region())
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    base = f"{prefix}/{path.name}"
+    if path.is_dir():
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            s3.upload_file(str(file), bucket, f"{base}/{file.relative_to(path).as_posix()}")
+    else:
+        s3.upload_file(str(path), bucket, base)
+    return f"s3://{bucket}/{base}"

@@ -1,0 +1,153 @@
+"""``layoutlab results``: query the results table, in AWS or on the local cloud."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+
+from layoutlab.errors import UserError
+
+RESULT_COLUMNS = [
+    "dataset", "variant", "pattern", "reader", "platform", "repetition",
+    "wall_s", "peak_rss_mb", "requests", "bytes_transferred", "points_per_s", "checksum_ok",
+]
+OTHER_COLUMNS = ["dataset", "kind", "sk", "status", "stage", "variant", "reason"]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "results",
+        help="query benchmark results, variants, summaries and failures",
+        description=(
+            "Query the results table (DynamoDB), in AWS or locally, with the same code. Where: "
+            "--endpoint or $AWS_ENDPOINT_URL if given; else a running local cloud ('layoutlab local up'); "
+            "else the results the last 'layoutlab demo' kept on disk (layoutlab.local.pipeline.snapshot_path(), "
+            "by default ~/.local/state/layoutlab/results.json; delete it or run 'layoutlab demo --reset' to "
+            "start afresh); else AWS. --aws forces AWS."
+        ),
+        epilog=(
+            "examples:\n"
+            "  layoutlab results                               # every result item, as a table\n"
+            "  layoutlab results --pattern map-timestep --format csv > maps.csv\n"
+            "  layoutlab results --dataset geos-nc-1a2b3c4d5e6f7a8b --kind FAILURE --format json\n"
+            "  layoutlab results --env dev --pattern timeseries-point   # the deployed dev environment"
+        ),
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--endpoint", help="DynamoDB endpoint URL (default: $AWS_ENDPOINT_URL; see 'where' above)")
+    parser.add_argument("--aws", action="store_true",
+                        help="query AWS (credentials and region from the usual AWS settings) even where local results exist")
+    parser.add_argument("--table", help="table name (default: $LAYOUTLAB_RESULTS_TABLE, or the one of --env)")
+    parser.add_argument("--env", help="a deployed environment: its table is layoutlab-ENV-results (implies --aws)")
+    parser.add_argument("--dataset", help="only this dataset id")
+    parser.add_argument("--pattern", help="only results of this access pattern (uses the by-pattern index)")
+    parser.add_argument("--kind", default=None, choices=["RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE"],
+                        help="item kind (default: RESULT, or every kind with --dataset)")
+    parser.add_argument("--format", default="table", choices=["table", "csv", "json"], help="output format (default: table)")
+    parser.set_defaults(func=run)
+
+
+def _local_endpoint() -> str | None:
+    """The endpoint of a running local cloud, if there is one."""
+    from layoutlab.local.cloud import LocalCloud
+
+    cloud = LocalCloud.from_state()
+    return cloud.moto_endpoint if cloud else None
+
+
+def _query(store, args, kind):
+    return store.items(dataset=args.dataset, pattern=args.pattern, kind=kind)
+
+
+def _query_snapshot(path, args, kind) -> list[dict]:
+    """Query the kept local results with the same store code, on an in-process moto table."""
+    import os
+
+    from moto import mock_aws
+
+    from layoutlab.local import dispatch
+    from layoutlab.results.store import ResultsStore, to_dynamo
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    with mock_aws():
+        store = ResultsStore(dispatch.RESULTS_TABLE)
+        store.create_table()
+        with store.table.batch_writer() as batch:
+            for item in json.loads(path.read_text()):
+                batch.put_item(Item=to_dynamo(item))
+        return _query(store, args, kind)
+
+
+def rows_for(items: list[dict]) -> tuple[list[str], list[dict]]:
+    if items and all(i.get("kind") == "RESULT" for i in items):
+        return RESULT_COLUMNS, items
+    return OTHER_COLUMNS, items
+
+
+def format_items(items: list[dict], fmt: str) -> str:
+    from layoutlab.results.store import dumps
+
+    if fmt == "json":
+        return dumps(items)
+    columns, rows = rows_for(items)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: row.get(c, "") for c in columns})
+        return out.getvalue()
+    if not rows:
+        return "(no items)"
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def run(args) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from layoutlab.results.store import ResultsStore
+
+    from layoutlab.local import dispatch
+    from layoutlab.local.pipeline import snapshot_path
+
+    kind = args.kind or (None if args.dataset else "RESULT")
+    endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None)
+    args.aws = args.aws or bool(args.env)
+    if not endpoint and not args.aws:
+        endpoint = _local_endpoint()
+        if endpoint:
+            table = table or dispatch.RESULTS_TABLE
+        elif snapshot_path().exists() and not table:
+            items = _query_snapshot(snapshot_path(), args, kind)
+            sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
+            return 0
+    store = ResultsStore(table_name=table, endpoint_url=endpoint)
+    try:
+        items = _query(store, args, kind)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            raise UserError(f"results table {store.table_name!r} not found at {endpoint or 'AWS'}") from None
+        raise UserError(f"results table {store.table_name!r}: {error}") from None
+    except BotoCoreError as error:
+        raise UserError(f"cannot reach the results table at {endpoint or 'AWS'}: {error}") from None
+    sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
+    return 0

@@ -1,0 +1,36 @@
+"""Lambda / Fargate: produce one variant, or one rechunk work unit."""
+
+from __future__ import annotations
+
+from layoutlab import observability as obs
+from layoutlab.handlers._runtime import (
+    emit,
+    logger,
+    metrics,
+    platform_memory_mb,
+    results_store,
+    s3_client,
+    tracer,
+)
+from layoutlab.pipeline.variants import convert_variant
+
+
+def run(event: dict) -> dict:
+    result = convert_variant(event, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb())
+    if "convert_s" in result:
+        import os
+
+        platform = os.environ.get("LAYOUTLAB_PLATFORM", "local")
+        for spec, value in ((obs.CONVERT_WALL_TIME, result["convert_s"]), (obs.CONVERT_OUTPUT_BYTES, result["size_bytes"])):
+            emit(spec, value, **{obs.Dimension.VARIANT: result["variant"], obs.Dimension.PLATFORM: platform})
+    return result
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event, context):
+    logger.set_correlation_id(event.get("dataset_id"))
+    result = run(event)
+    logger.info("converted", extra={"variant": event["variant"]["name"], "phase": event.get("phase")})
+    return result

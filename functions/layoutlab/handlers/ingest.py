@@ -1,0 +1,55 @@
+"""Lambda: S3 notification / EventBridge "Object Created" -> one pipeline execution per object version."""
+
+from __future__ import annotations
+
+import boto3
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+
+from layoutlab import observability as obs
+from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, s3_client, settings, tracer
+from layoutlab.pipeline.events import ObjectRef, objects_in_event
+from layoutlab.pipeline.ingest import IngestSettings, ingest_object
+from layoutlab.storage import aws_region
+
+_config = IdempotencyConfig(event_key_jmespath="[bucket, key, version_id, etag]", expires_after_seconds=24 * 3600)
+_persistence = (
+    DynamoDBPersistenceLayer(table_name=settings().idempotency_table) if settings().idempotency_table else None
+)
+_COUNTERS = {"started": obs.DATASETS_STARTED, "duplicate": obs.DATASETS_DUPLICATE, "rejected": obs.DATASETS_REJECTED}
+
+
+def _ingest(ref: dict) -> dict:
+    config = settings()
+    sfn = boto3.client("stepfunctions", region_name=aws_region())
+    outcome = ingest_object(
+        ObjectRef(**{k: v for k, v in ref.items() if k != "alternate_keys"}, alternate_keys=tuple(ref.get("alternate_keys", ()))),
+        s3=s3_client(), sfn=sfn, store=results_store(),
+        settings=IngestSettings(state_machine_arn=config.state_machine_arn, outputs_bucket=config.outputs_bucket,
+                                max_bytes=config.max_input_bytes),
+    )
+    return outcome.to_dict()
+
+
+# Idempotency on the domain call, keyed by the object version (STYLE.md #3).
+_ingest_once = idempotent_function(data_keyword_argument="ref", config=_config,
+                                   persistence_store=_persistence)(_ingest) if _persistence else _ingest
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event, context):
+    _config.register_lambda_context(context)
+    outcomes = []
+    for ref in objects_in_event(event):
+        record = {**ref.to_dict(), "alternate_keys": list(ref.alternate_keys)}
+        outcome = _ingest_once(ref=record)
+        logger.info("ingest", extra=outcome)
+        if outcome["status"] in _COUNTERS:
+            add_count(_COUNTERS[outcome["status"]])
+        outcomes.append(outcome)
+    return {"outcomes": outcomes}

@@ -1,0 +1,18 @@
+"""Lambda: turn an error caught by the state machine into a FAILURE item."""
+
+from __future__ import annotations
+
+from layoutlab import observability as obs
+from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, tracer
+from layoutlab.pipeline.outcomes import record_failure
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event, context):
+    logger.set_correlation_id(event.get("dataset_id"))
+    result = record_failure(event, store=results_store())
+    add_count(obs.PIPELINE_FAILURES, stage=result["stage"])
+    logger.warning("failure recorded", extra=result)
+    return result

@@ -1,0 +1,294 @@
+"""The local cloud: moto (S3, DynamoDB, CloudWatch, Step Functions) + the S3 proxy.
+
+One background process (``python -m layoutlab.local.cloud``) runs moto in server
+mode on 127.0.0.1 (with the ranged-GET patch) and the latency/bandwidth/counting
+proxy in front of its S3, both on free ports, pinned to the "server" cores so
+the measured process can have a core of its own. It writes a JSON state file
+(pid, ports, endpoints) once both are listening and removes it when it stops
+(SIGTERM/SIGINT).
+
+``start_local_cloud()`` starts one and returns a ``LocalCloud`` handle;
+``LocalCloud.from_state()`` attaches to a running one (``layoutlab local up``);
+``.stop()`` stops what was started. ``.env()`` gives the environment a client
+needs: ``AWS_ENDPOINT_URL`` = moto (DynamoDB, Step Functions, CloudWatch, and
+uploads without emulated latency), ``AWS_ENDPOINT_URL_S3`` = the proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from layoutlab.local.proxy import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS
+
+HOST = "127.0.0.1"
+STATE_FILE = "local-cloud.json"
+
+
+def state_dir() -> Path:
+    """Per-user directory for the state of ``layoutlab local up``."""
+    if os.environ.get("LAYOUTLAB_STATE_DIR"):
+        return Path(os.environ["LAYOUTLAB_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "layoutlab"
+
+
+def default_state_path() -> Path:
+    return state_dir() / STATE_FILE
+
+
+def core_split() -> tuple[set[int], int]:
+    """(cores for the local servers, the core for the measured process).
+
+    The measured process gets the last allowed core; the servers the others
+    (on one core they must share it).
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    measured = allowed[-1]
+    servers = set(allowed[:-1]) or {measured}
+    return servers, measured
+
+
+def pid_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an exited child not yet reaped by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _http_json(method: str, url: str, payload: dict | None = None, timeout: float = 30) -> dict:
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = response.read()
+    return json.loads(body) if body else {}
+
+
+@dataclass
+class LocalCloud:
+    pid: int
+    moto_port: int
+    proxy_port: int
+    latency_ms: float
+    bandwidth_mbps: float
+    state_path: str
+    server_cpus: list[int]
+
+    # -- endpoints -------------------------------------------------------
+    @property
+    def moto_endpoint(self) -> str:
+        return f"http://{HOST}:{self.moto_port}"
+
+    @property
+    def s3_endpoint(self) -> str:
+        """The proxied S3 endpoint (default client: default latency/bandwidth)."""
+        return f"http://{HOST}:{self.proxy_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://{HOST}:{self.proxy_port}/_layoutlab"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.moto_endpoint,
+            "AWS_ENDPOINT_URL_S3": self.s3_endpoint,
+            "LAYOUTLAB_PROXY_CONTROL": self.control_url,
+            "MOTO_PORT": str(self.moto_port),
+        }
+
+    # -- state -----------------------------------------------------------
+    @classmethod
+    def from_state(cls, path: str | os.PathLike | None = None) -> "LocalCloud | None":
+        """The running local cloud recorded in ``path``, or None (stale files are removed)."""
+        path = Path(path or default_state_path())
+        try:
+            state = json.loads(path.read_text())
+            cloud = cls(**state)
+        except (OSError, ValueError, TypeError):
+            return None
+        if not cloud.alive():
+            path.unlink(missing_ok=True)
+            return None
+        return cloud
+
+    def alive(self) -> bool:
+        if not pid_running(self.pid):
+            return False
+        try:
+            _http_json("GET", self.control_url + "/status", timeout=5)
+        except OSError:
+            return False
+        return True
+
+    def status(self) -> dict:
+        status = _http_json("GET", self.control_url + "/status")
+        return {**asdict(self), "moto_endpoint": self.moto_endpoint, "s3_endpoint": self.s3_endpoint,
+                "proxy": status}
+
+    # -- proxy clients ---------------------------------------------------
+    def new_client(self, latency_ms: float | None = None, bandwidth_mbps: float | None = None,
+                   name: str = "client") -> dict:
+        """A proxy port of its own (own counters, own latency); returns its stats incl. ``endpoint``."""
+        spec = {"name": name}
+        if latency_ms is not None:
+            spec["latency_ms"] = latency_ms
+        if bandwidth_mbps is not None:
+            spec["bandwidth_mbps"] = bandwidth_mbps
+        client = _http_json("POST", self.control_url + "/clients", spec)
+        client["endpoint"] = f"http://{HOST}:{client['port']}"
+        return client
+
+    def client_stats(self, client_id: str = "default") -> dict:
+        return _http_json("GET", f"{self.control_url}/clients/{client_id}")
+
+    def close_client(self, client_id: str) -> dict:
+        return _http_json("DELETE", f"{self.control_url}/clients/{client_id}")
+
+    def reset(self) -> None:
+        """Empty every moto backend and zero the default client's counters."""
+        _http_json("POST", self.moto_endpoint + "/moto-api/reset")
+        _http_json("POST", self.control_url + "/clients/default?action=reset")
+
+    # -- lifecycle -------------------------------------------------------
+    def stop(self, timeout: float = 15) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        process = getattr(self, "_process", None)
+        if process is not None:  # our own child: reap it (a zombie still answers kill(pid, 0))
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            Path(self.state_path).unlink(missing_ok=True)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not pid_running(self.pid):
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(self.pid, signal.SIGKILL)
+        Path(self.state_path).unlink(missing_ok=True)
+
+
+def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: float = DEFAULT_LATENCY_MS,
+                      bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS, detach: bool = False,
+                      log_path: str | os.PathLike | None = None, timeout: float = 60,
+                      stock_moto: bool = False) -> LocalCloud:
+    """Start the local cloud in a background process and wait until it listens.
+
+    ``state_path`` defaults to a fresh temporary file (so tests and ephemeral
+    runs never collide with ``layoutlab local up``). ``detach`` starts it in its
+    own session so it outlives the caller (``local up``).
+    """
+    if state_path is None:
+        handle, state_path = tempfile.mkstemp(prefix="layoutlab-cloud-", suffix=".json")
+        os.close(handle)
+        os.unlink(state_path)
+    state_path = Path(state_path)
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.unlink(missing_ok=True)
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    cmd = [sys.executable, "-m", "layoutlab.local.cloud", "--state", str(state_path),
+           "--latency-ms", str(latency_ms), "--bandwidth-mbps", str(bandwidth_mbps)]
+    if stock_moto:
+        cmd.append("--stock-moto")
+    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                               start_new_session=detach, close_fds=True)
+    if log is not subprocess.DEVNULL:
+        log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"local cloud exited with status {process.returncode}"
+                               + (f"; see {log_path}" if log_path else ""))
+        if state_path.exists():
+            cloud = LocalCloud.from_state(state_path)
+            if cloud:
+                cloud._process = process  # keep the Popen so it is reaped on stop
+                return cloud
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"local cloud did not start within {timeout:.0f} s")
+
+
+# -- the service process ---------------------------------------------------
+def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False) -> None:
+    servers, measured = core_split()
+    os.sched_setaffinity(0, servers)
+
+    from moto.core.config import default_user_config
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+    from layoutlab.local import moto_patch
+    from layoutlab.local.proxy import ProxyThread, S3Proxy
+
+    if not stock_moto:  # stock_moto: only for benchmarks/bench_ranged_get.py's side-by-side comparison
+        moto_patch.apply()
+    # moto executes state machines only when asked (DESIGN.md section 4)
+    default_user_config["stepfunctions"]["execute_state_machine"] = True
+    moto = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+    moto.start()
+    moto_port = moto.get_host_and_port()[1]
+    os.environ["MOTO_PORT"] = str(moto_port)  # moto's SFN/Lambda call back to themselves on it
+    proxy = ProxyThread(S3Proxy(f"http://{HOST}:{moto_port}", host=HOST, latency_ms=latency_ms,
+                                bandwidth_mbps=bandwidth_mbps))
+    proxy_port = proxy.start()
+    # The state machine's Lambda and ECS tasks run as fresh processes on the measured core.
+    from layoutlab.local import dispatch
+
+    dispatch.install(f"http://{HOST}:{moto_port}", f"http://{HOST}:{proxy_port}/_layoutlab", measured)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    state = LocalCloud(pid=os.getpid(), moto_port=moto_port, proxy_port=proxy_port, latency_ms=latency_ms,
+                       bandwidth_mbps=bandwidth_mbps, state_path=str(state_path), server_cpus=sorted(servers))
+    partial = state_path.with_name(state_path.name + ".partial")
+    partial.write_text(json.dumps(asdict(state)))
+    os.replace(partial, state_path)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        proxy.stop()
+        moto.stop()
+        state_path.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the layoutlab local cloud (moto + S3 proxy) in the foreground.")
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)
+    parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
+    parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""Local dispatch: every Lambda invocation and Fargate task of the pipeline as a fresh process.
+
+Installed in the local cloud's server process (``cloud.serve``), where moto's
+Step Functions interpreter runs: ``sfn_adapter`` hands each Lambda task and
+each ``ecs:runTask.sync`` task to the functions here, which start the real
+handler with ``isolation.run_isolated`` — a new interpreter pinned to the
+measured core with the memory limit of the platform it stands for — and pass
+its answer (or its error, by name) back to the state machine.
+
+Names of the local resources live here too, so the local run, the demo and the
+tests agree on them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from layoutlab.local import sfn_adapter
+
+LOG = logging.getLogger(__name__)
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+PREFIX = "layoutlab-local"
+INGEST_BUCKET = f"{PREFIX}-ingest"
+OUTPUTS_BUCKET = f"{PREFIX}-outputs"
+RESULTS_TABLE = f"{PREFIX}-results"
+IDEMPOTENCY_TABLE = f"{PREFIX}-idempotency"
+STATE_MACHINE = f"{PREFIX}-pipeline"
+CLUSTER = f"{PREFIX}"
+CONTAINER = "layoutlab"
+FUNCTIONS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure")
+# Locally the bench cases of one dataset run one at a time: they share the measured core.
+MAX_CONCURRENCY = {"convert": 1, "work_units": 1, "bench": 1}
+PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
+TASK_TIMEOUT_S = {"ingest": 120, "plan": 300, "convert": 900, "bench": 300, "summarize": 120, "record_failure": 60}
+
+
+def function_name(name: str) -> str:
+    return f"{PREFIX}-{name.replace('_', '-')}"
+
+
+def function_arn(name: str) -> str:
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name(name)}"
+
+
+def task_definition_arn(kind: str) -> str:
+    return f"arn:aws:ecs:{REGION}:{ACCOUNT}:task-definition/{PREFIX}-{kind}:1"
+
+
+def state_machine_arn() -> str:
+    return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{STATE_MACHINE}"
+
+
+def substitutions() -> dict[str, str]:
+    """Values for the ASL's ``${...}`` placeholders in the local run."""
+    return {
+        "PlanFunctionArn": function_arn("plan"),
+        "ConvertFunctionArn": function_arn("convert"),
+        "BenchFunctionArn": function_arn("bench"),
+        "SummarizeFunctionArn": function_arn("summarize"),
+        "RecordFailureFunctionArn": function_arn("record_failure"),
+        "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{CLUSTER}",
+        "ConvertTaskDefinitionArn": task_definition_arn("convert"),
+        "BenchTaskDefinitionArn": task_definition_arn("bench"),
+        "TaskSubnet1": "subnet-local1",
+        "TaskSubnet2": "subnet-local2",
+        "TaskSecurityGroup": "sg-local",
+        "TaskContainerName": CONTAINER,
+        "OutputsBucketName": OUTPUTS_BUCKET,
+    }
+
+
+def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str, str]:
+    """What every local task gets: endpoints, resource names, plan settings (as the CDK app sets them)."""
+    env = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        # Conversions and bookkeeping talk to moto directly; a bench case opens its own
+        # latency-emulating proxy client (LAYOUTLAB_PROXY_CONTROL) for what it measures.
+        "AWS_ENDPOINT_URL_S3": moto_endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "LAYOUTLAB_ENV": "local",
+        "LAYOUTLAB_INGEST_BUCKET": INGEST_BUCKET,
+        "LAYOUTLAB_OUTPUTS_BUCKET": OUTPUTS_BUCKET,
+        "LAYOUTLAB_RESULTS_TABLE": RESULTS_TABLE,
+        "LAYOUTLAB_IDEMPOTENCY_TABLE": IDEMPOTENCY_TABLE,
+        "LAYOUTLAB_STATE_MACHINE_ARN": state_machine_arn(),
+        "LAYOUTLAB_PLATFORMS": json.dumps(PLATFORMS),
+        "LAYOUTLAB_MAX_CONCURRENCY": json.dumps(MAX_CONCURRENCY),
+        "LAYOUTLAB_FRESH_PROCESS": "1",
+        "POWERTOOLS_SERVICE_NAME": "layoutlab",
+        "POWERTOOLS_METRICS_NAMESPACE": "layoutlab",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }
+    if proxy_control:
+        env["LAYOUTLAB_PROXY_CONTROL"] = proxy_control
+    return env
+
+
+class LocalContext:
+    """The attributes of a Lambda context object that Powertools and handlers read."""
+
+    def __init__(self, name: str, memory_mb: int):
+        import uuid
+
+        self.function_name = function_name(name)
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = function_arn(name)
+        self.memory_limit_in_mb = memory_mb
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = "local"
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 300_000
+
+
+def call_handler(request: dict):
+    """Runs in the fresh task process: import the handler and call it like Lambda would."""
+    import importlib
+
+    module = importlib.import_module(f"layoutlab.handlers.{request['function']}")
+    return module.handler(request["event"], LocalContext(request["function"], request["memory_mb"]))
+
+
+def call_task(request: dict):
+    """Runs in the fresh task process: the Fargate container command with its payload variable."""
+    from layoutlab.handlers.task import PAYLOAD_ENV, run_task
+
+    return run_task(request["kind"], os.environ.get(PAYLOAD_ENV))
+
+
+def _platform_for(name: str, event) -> str:
+    """Which platform profile (memory limit) a local invocation stands for."""
+    if isinstance(event, dict) and name == "bench" and event.get("platform"):
+        return event["platform"]
+    return "local-lambda"
+
+
+class Dispatcher:
+    """Runs tasks one at a time: every task process is pinned to the same measured core, and
+    two executions (two uploads) running side by side must not share it while measuring."""
+
+    def __init__(self, moto_endpoint: str, proxy_control: str | None, cpu: int | None):
+        import threading
+
+        self.env = task_environment(moto_endpoint, proxy_control)
+        self.cpu = cpu
+        self._one_at_a_time = threading.Lock()
+        self._cloudwatch = None
+        self._moto_endpoint = moto_endpoint
+
+    def _forward_metrics(self, printed: bytes) -> None:
+        """Tasks print their metrics as EMF; in AWS Lambda delivers them, here we do."""
+        import boto3
+
+        from layoutlab.local import emf
+
+        if self._cloudwatch is None:
+            self._cloudwatch = boto3.client("cloudwatch", endpoint_url=self._moto_endpoint, region_name=REGION,
+                                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        try:
+            emf.forward(printed, self._cloudwatch)
+        except Exception as error:  # metrics are a by-product: never fail a task over them, but say so
+            LOG.warning("could not forward a task's metrics to the local CloudWatch: %s", error)
+
+    def _run(self, target: str, request: dict, platform: str, timeout: float, env: dict | None = None):
+        from layoutlab.local.isolation import run_isolated
+        from layoutlab.platforms import platform_profile
+
+        memory_mb = platform_profile(platform).memory_mb
+        with self._one_at_a_time:
+            started = time.perf_counter()
+            outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
+                                   env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout,
+                                   on_output=self._forward_metrics)
+        LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
+                 request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
+                 time.perf_counter() - started, outcome.process_wall_s)
+        if not outcome.ok:
+            LOG.warning("local task %s failed: %s", target, outcome.error)
+            error_type = outcome.error_type or "TaskFailed"
+            if outcome.timed_out:
+                error_type = "States.Timeout"
+            raise sfn_adapter.TaskFailed(error_type, outcome.error or "failed")
+        return outcome.result
+
+    def invoke_lambda(self, function: str, event):
+        name = function.removeprefix(PREFIX + "-").replace("-", "_")
+        if name not in FUNCTIONS:
+            raise sfn_adapter.TaskFailed("Lambda.ResourceNotFoundException", f"no local function {function!r}")
+        return self._run("layoutlab.local.dispatch:call_handler", {"function": name, "event": event},
+                         _platform_for(name, event), TASK_TIMEOUT_S[name])
+
+    def run_task(self, parameters: dict) -> None:
+        definition = str(parameters.get("TaskDefinition", ""))
+        kind = "bench" if f"{PREFIX}-bench" in definition else "convert" if f"{PREFIX}-convert" in definition else None
+        if kind is None:
+            raise sfn_adapter.TaskFailed("States.TaskFailed", f"no local task definition {definition!r}")
+        overrides = (parameters.get("Overrides") or {}).get("ContainerOverrides") or [{}]
+        env = {e["Name"]: e["Value"] for e in overrides[0].get("Environment", [])}
+        payload = json.loads(env.get("LAYOUTLAB_TASK_PAYLOAD", "{}"))
+        platform = payload.get("platform", "local-fargate") if kind == "bench" else "local-fargate"
+        self._run("layoutlab.local.dispatch:call_task", {"kind": kind}, platform, TASK_TIMEOUT_S[kind], env=env)
+
+
+def install(moto_endpoint: str, proxy_control: str | None, cpu: int | None) -> Dispatcher:
+    """Route the state machine's tasks in this process (the local cloud server) to fresh processes."""
+    dispatcher = Dispatcher(moto_endpoint, proxy_control, cpu)
+    sfn_adapter.install(dispatcher.invoke_lambda, dispatcher.run_task)
+    return dispatcher

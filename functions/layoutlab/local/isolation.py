@@ -1,0 +1,200 @@
+"""Run one function call the way Lambda or Fargate would: a fresh, cold process.
+
+``run_isolated("pkg.module:function", payload, memory_mb=1769)`` starts a new
+Python interpreter that, before importing anything heavy, pins itself to one
+core (``os.sched_setaffinity``; by default the core the local servers do not
+use, see ``layoutlab.local.cloud.core_split``) and caps its memory
+(``resource.setrlimit(RLIMIT_DATA)``: heap and anonymous mappings, the part of a
+process that grows with the data it reads, as Lambda's memory limit does;
+``RLIMIT_AS`` would also count address space that libraries only reserve). It
+then calls ``function(payload)`` and returns its JSON result together with what
+the parent observed of the child: wall time of the whole process and CPU time
+from ``os.wait4`` (per child, unlike ``RUSAGE_CHILDREN`` which keeps the maximum
+over all children ever waited for).
+
+Peak RSS is the child's own ``VmHWM`` (``peak_rss_mb()``), read just before it
+exits. ``ru_maxrss`` cannot be used for it: Linux carries the high-water mark
+of the pre-exec (v)forked image across ``exec``, so every child would report at
+least the parent's RSS (150+ MB under pytest for a 14 MB child).
+
+The local pipeline dispatches every Lambda/Fargate task through this, and the
+benchmark runner every repetition.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class IsolatedResult:
+    ok: bool
+    result: object | None  # what the function returned (JSON), when ok
+    error: str | None  # one line: exception type and message, "killed by signal ..."
+    error_type: str | None
+    traceback: str | None
+    returncode: int
+    process_wall_s: float  # interpreter start to exit, as seen by the parent
+    user_cpu_s: float
+    system_cpu_s: float
+    peak_rss_mb: float
+    cpu: int | None
+    memory_mb: int | None
+    output_tail: str = ""  # last lines the child printed (stdout+stderr)
+    memory_limit: str = "RLIMIT_DATA"
+    peak_rss_source: str = "VmHWM"
+    timed_out: bool = False
+    env_keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM), in MiB; getrusage where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def describe_process(_payload=None) -> dict:
+    """What an isolated task sees of itself (a smoke test for the dispatch path)."""
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cpus": sorted(os.sched_getaffinity(0)),
+            "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0], "modules": len(sys.modules)}
+
+
+def _default_cpu() -> int:
+    from layoutlab.local.cloud import core_split
+
+    return core_split()[1]
+
+
+def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = -1,
+                 env: dict[str, str] | None = None, timeout: float | None = None,
+                 on_output=None) -> IsolatedResult:
+    """Call ``target`` ("module:function") with ``payload`` in a fresh pinned, memory-capped process.
+
+    ``cpu=-1`` (default) picks the measured core; ``None`` leaves affinity alone.
+    ``env`` is added to the current environment. ``on_output``, if given, is
+    called with everything the child printed (bytes). Never raises for a failure
+    of the child: the result says what happened.
+    """
+    if cpu == -1:
+        cpu = _default_cpu()
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    with tempfile.TemporaryDirectory(prefix="layoutlab-task-") as workdir:
+        request_path = os.path.join(workdir, "request.json")
+        result_path = os.path.join(workdir, "result.json")
+        output_path = os.path.join(workdir, "output.txt")
+        with open(request_path, "w") as fh:
+            json.dump({"target": target, "payload": payload, "cpu": cpu, "memory_mb": memory_mb,
+                       "result_path": result_path}, fh)
+        started = time.perf_counter()
+        with open(output_path, "wb") as output:
+            process = subprocess.Popen([sys.executable, "-m", "layoutlab.local.isolation", request_path],
+                                       stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                       env=child_env, close_fds=True)
+        timed_out = threading.Event()
+
+        def kill_on_timeout():
+            timed_out.set()
+            try:
+                process.kill()
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill_on_timeout) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            if timer:
+                timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
+        process_wall = time.perf_counter() - started
+        with open(output_path, "rb") as fh:
+            printed = fh.read()
+        tail = printed[-4000:].decode("utf-8", "replace")
+        if on_output is not None:
+            on_output(printed)
+        try:
+            with open(result_path) as fh:
+                outcome = json.load(fh)
+        except (OSError, ValueError):
+            outcome = None
+    peak = (outcome or {}).get("peak_rss_mb")
+    common = dict(returncode=process.returncode, process_wall_s=process_wall, user_cpu_s=usage.ru_utime,
+                  system_cpu_s=usage.ru_stime, peak_rss_mb=peak if peak is not None else usage.ru_maxrss / 1024.0,
+                  peak_rss_source="VmHWM" if peak is not None else "wait4 ru_maxrss (includes the parent image)",
+                  cpu=cpu,
+                  memory_mb=memory_mb, output_tail=tail, timed_out=timed_out.is_set(),
+                  env_keys=sorted((env or {}).keys()))
+    if outcome and outcome.get("ok"):
+        return IsolatedResult(ok=True, result=outcome["result"], error=None, error_type=None, traceback=None, **common)
+    if outcome:
+        return IsolatedResult(ok=False, result=None, error=outcome["error"], error_type=outcome["error_type"],
+                              traceback=outcome.get("traceback"), **common)
+    if timed_out.is_set():
+        reason = f"timed out after {timeout:g} s"
+    elif process.returncode < 0:
+        name = signal.Signals(-process.returncode).name
+        reason = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    else:
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+        reason = f"exited with status {process.returncode}: {last}"
+    return IsolatedResult(ok=False, result=None, error=f"{target}: {reason}", error_type="ProcessFailed",
+                          traceback=None, **common)
+
+
+def _child(request_path: str) -> int:
+    with open(request_path) as fh:
+        request = json.load(fh)
+    # Pin and cap first, so even the imports run under the platform's limits.
+    if request.get("cpu") is not None:
+        os.sched_setaffinity(0, {int(request["cpu"])})
+    if request.get("memory_mb"):
+        limit = int(request["memory_mb"]) * 2**20
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    try:
+        module_name, _, function_name = request["target"].partition(":")
+        function = getattr(importlib.import_module(module_name), function_name)
+        result = function(request["payload"])
+        outcome = {"ok": True, "result": result}
+    except MemoryError as error:
+        outcome = {"ok": False, "error_type": "MemoryError",
+                   "error": f"memory limit of {request.get('memory_mb')} MB exceeded ({error or 'MemoryError'})",
+                   "traceback": traceback.format_exc()}
+    except BaseException as error:  # the parent decides what a failure means; report every kind
+        outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
+                   "traceback": traceback.format_exc()}
+    outcome["peak_rss_mb"] = peak_rss_mb()
+    try:
+        text = json.dumps(outcome)
+    except (TypeError, ValueError) as error:
+        text = json.dumps({"ok": False, "error_type": "TypeError", "peak_rss_mb": outcome["peak_rss_mb"],
+                           "error": f"{request['target']} returned a value that is not JSON ({error})"})
+    with open(request["result_path"], "w") as fh:
+        fh.write(text)
+    return 0 if outcome["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

@@ -1,0 +1,74 @@
+"""The bench step: run one case cold on one core, store its RESULT item, emit its metrics.
+
+A case must run in a fresh process. Locally the dispatcher already starts the
+handler as one (pinned, memory-capped) and says so with
+``LAYOUTLAB_FRESH_PROCESS=1``; on Lambda a warm container would carry imports
+and caches from the previous case, so there the case runs in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+
+from layoutlab.errors import UserError
+
+FRESH_PROCESS_ENV = "LAYOUTLAB_FRESH_PROCESS"
+
+
+class BenchCaseFailed(UserError):
+    """The case could not be measured (bad target, pattern not fitting, wrong values)."""
+
+
+def case_for_runner(case: dict) -> dict:
+    from layoutlab.bench.runner import CASE_KEYS
+
+    return {k: v for k, v in case.items() if k in CASE_KEYS}
+
+
+def measure(case: dict) -> dict:
+    from layoutlab.bench import runner
+
+    runnable = case_for_runner(case)
+    if os.environ.get(FRESH_PROCESS_ENV) == "1":
+        import resource
+
+        record = runner.run_case(runnable)
+        limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        record["isolation"] = {
+            "fresh_process": True, "cpu": sorted(os.sched_getaffinity(0)),
+            "memory_limit_mb": None if limit == resource.RLIM_INFINITY else limit // 2**20,
+            "memory_limit": "RLIMIT_DATA", "runner": "local dispatcher",
+        }
+        return record
+    return runner.run_case_isolated(runnable)
+
+
+def run_bench_case(case: dict, *, store, emit=None) -> dict:
+    record = measure(case)
+    record["case_id"] = case["case_id"]
+    if record.get("status") == "error" or record.get("error"):
+        raise BenchCaseFailed(record.get("error") or "case failed")
+    if record.get("checksum_ok") is False:
+        raise BenchCaseFailed(f"{case['target']}: values read by {case['reader']} for {case['pattern']} "
+                              "differ from the source")
+    store.put_result(record)
+    if emit is not None:
+        emit_case_metrics(emit, record)
+    return {"case_id": case["case_id"], "wall_s": record.get("wall_s"), "requests": record.get("requests")}
+
+
+def emit_case_metrics(emit, record: dict) -> None:
+    """``emit(spec, value, **dimensions)`` once per metric of a case (see handlers._runtime.emit)."""
+    from layoutlab import observability as obs
+
+    values = {
+        obs.BENCH_WALL_TIME: record.get("wall_s"),
+        obs.BENCH_REQUESTS: record.get("requests"),
+        obs.BENCH_BYTES: record.get("bytes_transferred"),
+        obs.BENCH_PEAK_MEMORY: record.get("peak_rss_mb"),
+    }
+    dims = {obs.Dimension.VARIANT: record["variant"], obs.Dimension.PATTERN: record["pattern"],
+            obs.Dimension.READER: record["reader"], obs.Dimension.PLATFORM: record["platform"]}
+    for spec, value in values.items():
+        if value is not None:
+            emit(spec, value, **dims)

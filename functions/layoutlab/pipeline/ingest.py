@@ -1,0 +1,159 @@
+"""Ingest: from an S3 event to exactly one pipeline execution per object version.
+
+For each object the event names (every record): skip what is not under
+``incoming/``; find the object (the version the event names); refuse what
+cannot be processed (empty, too big, not HDF5 / NetCDF-4, a plan that does not
+validate) with a FAILURE item that names the key and the reason; otherwise
+start the pipeline with an execution name derived from the object version, so
+a duplicate or retried event starts nothing new. Nothing is ever written to
+the ingest bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+
+from layoutlab.errors import UserError
+from layoutlab.pipeline import identity
+from layoutlab.pipeline.events import ObjectRef, is_incoming, objects_in_event
+from layoutlab.pipeline.plan import PLAN_METADATA_KEY, PLANS_PREFIX, PlanError, merge_plan
+
+LOG = logging.getLogger(__name__)
+
+ACCEPTED_FORMATS = ("hdf5", "netcdf4")
+DEFAULT_MAX_BYTES = 50 * 2**30
+
+
+@dataclass
+class IngestSettings:
+    state_machine_arn: str
+    outputs_bucket: str
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+@dataclass
+class IngestOutcome:
+    key: str
+    status: str  # started | duplicate | rejected | ignored
+    dataset_id: str | None = None
+    execution_name: str | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Rejected(UserError):
+    """The object cannot be processed; the message says why (the key is added by the caller)."""
+
+
+def _head(s3, ref: ObjectRef) -> tuple[ObjectRef, dict]:
+    from botocore.exceptions import ClientError
+
+    for key in (ref.key, *ref.alternate_keys):
+        kwargs = {"Bucket": ref.bucket, "Key": key}
+        if ref.version_id:
+            kwargs["VersionId"] = ref.version_id
+        try:
+            head = s3.head_object(**kwargs)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound", "NoSuchVersion", "400"):
+                continue
+            raise
+        found = ObjectRef(
+            bucket=ref.bucket, key=key, version_id=ref.version_id or head.get("VersionId"),
+            etag=ref.etag or head.get("ETag", "").strip('"') or None,
+            size=head.get("ContentLength", ref.size), sequencer=ref.sequencer, event_time=ref.event_time,
+        )
+        return found, head
+    raise Rejected("object not found (deleted, or the event names a version that no longer exists)")
+
+
+def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
+    from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, sniff_bytes
+
+    if not ref.size:
+        raise Rejected("empty file (0 bytes)")
+    if ref.size > max_bytes:
+        raise Rejected(f"{ref.size} bytes is over the configured limit of {max_bytes} bytes")
+    kwargs = {"Bucket": ref.bucket, "Key": ref.key, "Range": f"bytes=0-{HEAD_BYTES - 1}"}
+    if ref.version_id:
+        kwargs["VersionId"] = ref.version_id
+    head = s3.get_object(**kwargs)["Body"].read()
+    kind = sniff_bytes(head)
+    if kind not in ACCEPTED_FORMATS:
+        raise Rejected(describe_not_hdf5(head, ref.size))
+    return kind
+
+
+def _plan_for(s3, ref: ObjectRef, metadata: dict) -> dict:
+    name = (metadata or {}).get(PLAN_METADATA_KEY)
+    if not name:
+        return merge_plan(None)
+    if "/" in name or name.startswith("."):
+        raise Rejected(f"plan name {name!r} in metadata '{PLAN_METADATA_KEY}' must be a plain name")
+    plan_key = f"{PLANS_PREFIX}{name}.json"
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3.get_object(Bucket=ref.bucket, Key=plan_key)["Body"].read()
+    except ClientError:
+        raise Rejected(f"plan {name!r} not found at s3://{ref.bucket}/{plan_key}") from None
+    try:
+        override = json.loads(body)
+    except ValueError as error:
+        raise Rejected(f"plan s3://{ref.bucket}/{plan_key} is not valid JSON: {error}") from None
+    override.setdefault("name", name)
+    try:
+        return merge_plan(override)
+    except PlanError as error:
+        raise Rejected(str(error)) from None
+
+
+def execution_input(ref: ObjectRef, dataset_id: str, source_format: str, plan: dict, settings: IngestSettings) -> dict:
+    """The pipeline's execution input (see stepfunctions/README.md)."""
+    return {
+        "dataset_id": dataset_id,
+        "source": {**ref.to_dict(), "url": ref.url, "format": source_format},
+        "outputs_bucket": settings.outputs_bucket,
+        "outputs_prefix": f"datasets/{dataset_id}/",
+        "plan": plan,
+    }
+
+
+def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -> IngestOutcome:
+    if not is_incoming(ref.key):
+        return IngestOutcome(key=ref.key, status="ignored", reason="not under incoming/")
+    dataset_id = identity.dataset_id(ref)
+    try:
+        ref, head = _head(s3, ref)
+        dataset_id = identity.dataset_id(ref)
+        source_format = _check_content(s3, ref, settings.max_bytes)
+        plan = _plan_for(s3, ref, head.get("Metadata", {}))
+    except Rejected as rejection:
+        reason = f"{ref.url}: {rejection}"
+        store.put_failure(dataset_id, "ingest", "validate", reason, source=ref.to_dict())
+        LOG.warning("rejected %s", reason)
+        return IngestOutcome(key=ref.key, status="rejected", dataset_id=dataset_id, reason=reason)
+
+    name = identity.execution_name(ref)
+    payload = execution_input(ref, dataset_id, source_format, plan, settings)
+    try:
+        response = sfn.start_execution(stateMachineArn=settings.state_machine_arn, name=name,
+                                       input=json.dumps(payload))
+    except sfn.exceptions.ExecutionAlreadyExists:
+        return IngestOutcome(key=ref.key, status="duplicate", dataset_id=dataset_id, execution_name=name)
+    # StartExecution is idempotent for a running execution with the same name and
+    # input (it answers as if it had started it), so the RUN item decides.
+    first = store.create_run(dataset_id, status="RUNNING", source=payload["source"], plan_name=plan.get("name"),
+                             execution_arn=response["executionArn"], started=response["startDate"].isoformat())
+    if not first:
+        return IngestOutcome(key=ref.key, status="duplicate", dataset_id=dataset_id, execution_name=name)
+    return IngestOutcome(key=ref.key, status="started", dataset_id=dataset_id, execution_name=name)
+
+
+def ingest_event(event: dict, *, s3, sfn, store, settings: IngestSettings) -> list[IngestOutcome]:
+    """Ingest every object of an S3 / EventBridge / SQS event; one outcome per object."""
+    return [ingest_object(ref, s3=s3, sfn=sfn, store=store, settings=settings) for ref in objects_in_event(event)]

@@ -1,0 +1,60 @@
+"""The end of a run: the per-dataset summary, and failures turned into FAILURE items."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from layoutlab.report.summary import summarize
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
+    dataset_id = state["dataset_id"]
+    items = store.items(dataset=dataset_id)
+    results = [i for i in items if i["kind"] == "RESULT"]
+    failures = [i for i in items if i["kind"] == "FAILURE"]
+    summary = summarize(dataset_id, results)
+    planned = (state.get("plan") or {}).get("cases", {}).get("count")
+    bench_failures = [f for f in failures if f.get("stage") == "bench"]
+    summary.update(
+        cases_planned=planned,
+        cases_failed=len(bench_failures),
+        failed_cases=[f.get("detail") for f in bench_failures][:50],
+        variants={i["variant"]: {k: i.get(k) for k in ("uri", "size_bytes", "size_overhead", "convert_s")}
+                  for i in items if i["kind"] == "VARIANT"},
+        finished=_now(),
+    )
+    key = f"summaries/{dataset_id}.json"
+    s3.put_object(Bucket=outputs_bucket, Key=key, Body=json.dumps(summary, indent=2, default=str).encode(),
+                  ContentType="application/json")
+    summary["summary_uri"] = f"s3://{outputs_bucket}/{key}"
+    store.put_summary(dataset_id, summary)
+    store.update_run(dataset_id, status="SUCCEEDED", finished=summary["finished"],
+                     results=len(results), cases_failed=len(bench_failures))
+    return {"dataset_id": dataset_id, "summary_uri": summary["summary_uri"], "results": len(results),
+            "cases_failed": len(bench_failures)}
+
+
+def record_failure(event: dict, *, store) -> dict:
+    """A FAILURE item from a caught Step Functions error ``{"Error", "Cause"}``."""
+    stage = event.get("stage") or "unknown"
+    dataset_id = event.get("dataset_id") or "unknown"
+    error = event.get("error") or {}
+    cause = error.get("Cause") or ""
+    try:  # Lambda errors arrive as a JSON document in Cause
+        parsed = json.loads(cause)
+        cause = parsed.get("errorMessage") or cause
+    except (ValueError, AttributeError):
+        pass
+    case = event.get("case") or {}
+    detail = case.get("case_id") or event.get("execution_id", "").rsplit(":", 1)[-1] or "pipeline"
+    reason = f"{error.get('Error', 'Error')}: {cause}".strip()
+    store.put_failure(dataset_id, stage, detail, reason, error=error.get("Error"),
+                      source=event.get("source"), execution_id=event.get("execution_id"), recorded=_now())
+    if stage != "bench":
+        store.update_run(dataset_id, status="FAILED", finished=_now(), failed_stage=stage, reason=reason)
+    return {"dataset_id": dataset_id, "stage": stage, "reason": reason}

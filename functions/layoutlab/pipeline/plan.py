@@ -1,0 +1,264 @@
+"""Plans: which variants, patterns, readers, platforms and repetitions to run.
+
+A plan is JSON. The default ships in ``default_plan.json``; an upload can name
+another without any redeploy: set the object's user metadata
+``layoutlab-plan: NAME`` (``x-amz-meta-layoutlab-plan``) and put the plan at
+``s3://<ingest bucket>/plans/NAME.json``. A named plan may be partial: its
+top-level keys replace the default's.
+
+``expand_cases`` turns a plan and what inspection learnt about the dataset
+into the list of benchmark cases the Distributed Map runs. Repetitions are the
+outer loop, so the repetitions of one case are spread over the run rather than
+measured back to back.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from layoutlab.errors import UserError
+
+PLAN_METADATA_KEY = "layoutlab-plan"
+PLANS_PREFIX = "plans/"
+
+GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "map-time-mean",
+                 "full-read-throughput", "slab-read")
+GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
+PATTERNS = GRID_PATTERNS + GRANULE_PATTERNS
+HDF5_READERS = ("h5py-s3fs-default", "h5py-s3fs-aligned", "xarray-h5netcdf", "h5py-ros3")
+ZARR_READERS = ("zarr-obstore", "zarr-fsspec")
+VARIANT_KINDS = ("original", "repack-paged", "rechunked-paged", "rechunk-zarr")
+DATASET_KINDS = ("grid", "granule")
+CHUNK_PRESETS = ("timeseries", "map", "balanced")
+
+_PLATFORM = re.compile(r"^(local-lambda|local-fargate|lambda-(\d+)|fargate-(0\.25|0\.5|1|2|4|8|16)-(\d+))$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB)?$", re.IGNORECASE)
+_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+class PlanError(UserError):
+    """A plan that cannot run; the message names the plan and the field."""
+
+
+def parse_size(text: str | int) -> int:
+    """``"8MiB"`` -> 8388608; integers pass through."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(str(text).strip())
+    if not match:
+        raise ValueError(f"not a size: {text!r} (e.g. 8MiB, 4194304)")
+    return int(float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()])
+
+
+def size_label(n: int) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
+
+
+def default_plan() -> dict:
+    text = resources.files("layoutlab.pipeline").joinpath("default_plan.json").read_text()
+    return json.loads(text)
+
+
+def merge_plan(override: dict | None, base: dict | None = None) -> dict:
+    """The plan to run: ``override``'s top-level keys over ``base`` (default plan)."""
+    plan = copy.deepcopy(base or default_plan())
+    if override:
+        if not isinstance(override, dict):
+            raise PlanError(f"plan must be a JSON object, got {type(override).__name__}")
+        plan.update(copy.deepcopy(override))
+    validate_plan(plan)
+    return plan
+
+
+def validate_plan(plan: dict) -> None:
+    name = plan.get("name", "<unnamed>")
+
+    def fail(reason: str):
+        raise PlanError(f"plan {name!r}: {reason}")
+
+    if not plan.get("variants"):
+        fail("'variants' is empty")
+    for i, variant in enumerate(plan["variants"]):
+        kind = variant.get("kind")
+        if kind not in VARIANT_KINDS:
+            fail(f"variants[{i}].kind {kind!r} is not one of {', '.join(VARIANT_KINDS)}")
+        if kind in ("repack-paged", "rechunked-paged"):
+            try:
+                page = parse_size(variant.get("page_size", "8MiB"))
+            except ValueError as error:
+                fail(f"variants[{i}].page_size: {error}")
+            if page < 4096 or page & (page - 1):
+                fail(f"variants[{i}].page_size must be a power of two >= 4KiB, got {variant.get('page_size')}")
+        if kind == "rechunk-zarr":
+            chunks = variant.get("chunks")
+            if not (chunks in CHUNK_PRESETS or (isinstance(chunks, dict) and chunks)
+                    or (isinstance(chunks, list) and all(isinstance(c, int) and c > 0 for c in chunks))):
+                fail(f"variants[{i}].chunks must be one of {', '.join(CHUNK_PRESETS)}, "
+                     "a list of positive integers, or a {dimension: size} object")
+    for key, known in (("patterns", PATTERNS), ("readers", HDF5_READERS + ZARR_READERS)):
+        value = plan.get(key)
+        groups = value.values() if isinstance(value, dict) else [value]
+        for group in groups:
+            if not isinstance(group, list):
+                fail(f"'{key}' must be a list or an object of lists")
+            for entry in group:
+                if entry not in known:
+                    fail(f"unknown {key[:-1]} {entry!r}; known: {', '.join(known)}")
+    for platform in plan.get("platforms", []):
+        match = _PLATFORM.match(str(platform))
+        if not match:
+            fail(f"unknown platform {platform!r}; use local-lambda, local-fargate, lambda-<MB>, fargate-<vcpu>-<MB>")
+        if match.group(2) and not 128 <= int(match.group(2)) <= 10240:
+            fail(f"platform {platform!r}: Lambda memory must be 128..10240 MB")
+    if not plan.get("platforms"):
+        fail("'platforms' is empty")
+    repetitions = plan.get("repetitions", 1)
+    if not isinstance(repetitions, int) or not 1 <= repetitions <= 100:
+        fail(f"'repetitions' must be an integer 1..100, got {repetitions!r}")
+    fan_out = plan.get("fan_out_above_bytes", 0)
+    if not isinstance(fan_out, int) or fan_out < 0:
+        fail(f"'fan_out_above_bytes' must be a non-negative integer, got {fan_out!r}")
+    concurrency = plan.get("max_concurrency", 1)
+    if not isinstance(concurrency, int) or not 1 <= concurrency <= 10000:
+        fail(f"'max_concurrency' must be an integer 1..10000, got {concurrency!r}")
+
+
+def chunk_preset(preset: str, shape: tuple[int, int, int], itemsize: int = 4,
+                 target_bytes: int = 4 * 2**20) -> tuple[int, int, int]:
+    """Chunk shape for a (time, lat, lon) array, after Nguyen et al.'s three archetypes.
+
+    ``timeseries``: whole time axis, 10x10 in space (their 5136x10x10);
+    ``map``: one time step, whole map (their 1x721x1152);
+    ``balanced``: a chunk of about ``target_bytes`` for which a time series
+    and a map touch the same number of chunks (T/ct = (Y/cy)(X/cx)), which is
+    where the product of the two read times is smallest when cost tracks chunks.
+    """
+    t, y, x = shape
+    if preset == "timeseries":
+        return (t, min(y, 10), min(x, 10))
+    if preset == "map":
+        return (1, y, x)
+    if preset == "balanced":
+        elements = max(1, target_bytes // itemsize)
+        ct = max(1, min(t, elements, round(math.sqrt(elements * t / (y * x)))))
+        area = max(1, elements // ct)
+        cy = max(1, min(y, area, round(math.sqrt(area * y / x))))
+        cx = max(1, min(x, area // cy))
+        return (ct, cy, cx)
+    raise ValueError(f"unknown chunk preset {preset!r}; one of {', '.join(CHUNK_PRESETS)}")
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What the plan step needs to know of a dataset (from inspection)."""
+
+    kind: str  # "grid" | "granule" | "other"
+    grid_shape: tuple[int, int, int] | None = None  # (time, lat, lon) of the main variable
+    dims: tuple[str, str, str] = ("time", "lat", "lon")
+    itemsize: int = 4
+    variable: str | None = None  # the main gridded variable's path
+    beams: tuple[str, ...] = ()
+
+    def pattern_params(self) -> dict:
+        """Parameters every pattern of this dataset needs (which variable, which beam)."""
+        if self.kind == "grid" and self.variable:
+            return {"variable": self.variable}
+        if self.kind == "granule" and self.beams:
+            return {"beam": self.beams[0]}
+        return {}
+
+
+def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
+    """The variants this dataset gets, each with its resolved ``name``."""
+    specs = []
+    for variant in plan["variants"]:
+        applies_to = variant.get("applies_to")
+        if applies_to and applies_to != facts.kind:
+            continue
+        spec = dict(variant)
+        kind = spec["kind"]
+        if kind == "original":
+            spec["name"], spec["format"] = "original", "hdf5"
+        elif kind in ("repack-paged", "rechunked-paged"):
+            page = parse_size(spec.get("page_size", "8MiB"))
+            spec["page_size"] = page
+            prefix = "paged" if kind == "repack-paged" else "rechunked-paged"
+            spec["name"], spec["format"] = f"{prefix}-{size_label(page)}", "hdf5"
+        else:  # rechunk-zarr needs a grid
+            if facts.kind != "grid" or not facts.grid_shape:
+                continue
+            chunks = spec["chunks"]
+            if isinstance(chunks, str):
+                chunks = chunk_preset(chunks, facts.grid_shape, facts.itemsize,
+                                      parse_size(spec.get("target_chunk_bytes", 4 * 2**20)))
+            elif isinstance(chunks, dict):
+                chunks = tuple(int(chunks.get(d, n)) for d, n in zip(facts.dims, facts.grid_shape))
+            chunks = tuple(min(int(c), n) for c, n in zip(chunks, facts.grid_shape))
+            spec["chunks"] = dict(zip(facts.dims, chunks))
+            label = "x".join(str(c) for c in chunks)
+            spec["name"] = f"zarr-sharded-{label}" if spec.get("shards") else f"zarr-{label}"
+            spec["format"] = "zarr"
+        specs.append(spec)
+    names = [s["name"] for s in specs]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise PlanError(f"plan {plan.get('name')!r}: variants resolve to the same name: {', '.join(sorted(duplicates))}")
+    return specs
+
+
+def _for_kind(value, kind_or_format: str) -> list[str]:
+    if isinstance(value, dict):
+        return list(value.get(kind_or_format, []))
+    return list(value)
+
+
+def _known_params(pattern: str, params: dict) -> dict:
+    """The dataset-derived parameters this pattern takes (a listing takes none)."""
+    from layoutlab.bench.patterns import get_pattern
+
+    accepted = get_pattern(pattern).defaults
+    return {k: v for k, v in params.items() if k in accepted}
+
+
+def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict]) -> list[dict]:
+    """Every benchmark case: variants x patterns x readers x platforms x repetitions.
+
+    ``variants`` are the produced variants (``name``, ``format``, ``uri``); a
+    reader runs only on the format it reads, a pattern only on the kind of
+    dataset it fits (a beam read needs a granule).
+    """
+    patterns = [p for p in _for_kind(plan["patterns"], facts.kind)
+                if p in (GRID_PATTERNS if facts.kind == "grid" else GRANULE_PATTERNS)]
+    cases = []
+    for repetition in range(plan.get("repetitions", 1)):
+        for variant in variants:
+            readers = _for_kind(plan["readers"], variant["format"])
+            known = HDF5_READERS if variant["format"] == "hdf5" else ZARR_READERS
+            for pattern in patterns:
+                for reader in (r for r in readers if r in known):
+                    for platform in plan["platforms"]:
+                        kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
+                        cases.append({
+                            "case_id": f"{variant['name']}#{pattern}#{reader}#{platform}#{repetition:03d}",
+                            "dataset_id": dataset_id,
+                            "dataset": dataset_id,
+                            "variant": variant["name"],
+                            "format": variant["format"],
+                            "target": variant["uri"],
+                            "pattern": pattern,
+                            "reader": reader,
+                            "platform": platform,
+                            "platform_kind": kind,
+                            "repetition": repetition,
+                            "params": {**_known_params(pattern, facts.pattern_params()),
+                                       **plan.get("pattern_params", {}).get(pattern, {})},
+                        })
+    return cases

@@ -1,0 +1,155 @@
+"""The plan step: from the execution input to convert tasks and the benchmark case list.
+
+It learns what the dataset is (``facts.dataset_facts``), resolves the plan's
+variants and platforms against what this environment offers, writes the case
+list (and, for rechunks too big for one task, the work-unit list) to the
+outputs bucket for the Distributed Maps, records the ``original`` variant, and
+returns exactly the fields ``stepfunctions/README.md`` promises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from layoutlab.errors import UserError
+from layoutlab.pipeline import plan as plans
+from layoutlab.pipeline.facts import dataset_facts
+
+DEFAULT_MAX_CONCURRENCY = {"convert": 4, "work_units": 20, "bench": 20}
+LOCAL_PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
+
+
+@dataclass
+class PlanSettings:
+    outputs_bucket: str
+    platforms: dict = field(default_factory=lambda: dict(LOCAL_PLATFORMS))
+    fargate_convert_above_bytes: int = 8 * 2**30
+    work_units_above_bytes: int = 4 * 2**30
+    max_concurrency: dict = field(default_factory=lambda: dict(DEFAULT_MAX_CONCURRENCY))
+    tolerated_failure_percentage: float = 25.0
+
+    @classmethod
+    def from_env(cls, outputs_bucket: str, environ=None) -> "PlanSettings":
+        env = os.environ if environ is None else environ
+        settings = cls(outputs_bucket=outputs_bucket)
+        if env.get("LAYOUTLAB_PLATFORMS"):
+            settings.platforms = json.loads(env["LAYOUTLAB_PLATFORMS"])
+        for name in ("fargate_convert_above_bytes", "work_units_above_bytes"):
+            if env.get(f"LAYOUTLAB_{name.upper()}"):
+                setattr(settings, name, int(env[f"LAYOUTLAB_{name.upper()}"]))
+        if env.get("LAYOUTLAB_MAX_CONCURRENCY"):
+            settings.max_concurrency = {**DEFAULT_MAX_CONCURRENCY, **json.loads(env["LAYOUTLAB_MAX_CONCURRENCY"])}
+        if env.get("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"):
+            settings.tolerated_failure_percentage = float(env["LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"])
+        return settings
+
+
+def resolve_platforms(requested: list[str], available: dict) -> tuple[list[str], dict]:
+    """Map the plan's platforms onto those deployed here, by kind; returns (platforms, substitutions).
+
+    A plan written for AWS (``lambda-1769``) runs locally as ``local-lambda`` and
+    vice versa: this is the one place where the local run and AWS differ in
+    what a case's platform is called.
+    """
+    resolved, substitutions = [], {}
+    for name in requested:
+        if name in available:
+            chosen = name
+        else:
+            kind = "fargate" if "fargate" in name else "lambda"
+            same_kind = [p for p, spec in available.items() if spec.get("kind") == kind]
+            if not same_kind:
+                raise UserError(f"platform {name!r}: no {kind} platform in this environment "
+                                f"(available: {', '.join(available)})")
+            chosen = same_kind[0]
+            substitutions[name] = chosen
+        if chosen not in resolved:
+            resolved.append(chosen)
+    return resolved, substitutions
+
+
+def variant_uri(outputs_bucket: str, dataset_id: str, spec: dict, source_url: str) -> str:
+    if spec["kind"] == "original":
+        return source_url
+    suffix = ".zarr" if spec["format"] == "zarr" else ".h5"
+    return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{suffix}"
+
+
+def _put_json(s3, bucket: str, key: str, value) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
+
+
+def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
+    dataset_id = execution["dataset_id"]
+    source = execution["source"]
+    source_url = source.get("url") or f"s3://{source['bucket']}/{source['key']}"
+    plan = plans.merge_plan(execution.get("plan"))
+    facts = dataset_facts(source_url)
+    if facts.kind == "other":
+        raise UserError(f"{source_url}: holds neither a gridded (time, lat, lon) array nor ICESat-2-like beams; "
+                        "layoutlab has no access patterns for it")
+    platforms, substitutions = resolve_platforms(plan["platforms"], settings.platforms)
+    plan = {**plan, "platforms": platforms}
+
+    specs = plans.variant_specs(plan, facts)
+    size = int(source.get("size") or source.get("size_bytes") or 0)
+    convert_on = "fargate" if size > settings.fargate_convert_above_bytes else "lambda"
+    fan_out_above = int(plan.get("fan_out_above_bytes", settings.work_units_above_bytes))
+    convert_tasks, publish_tasks, work_units, produced = [], [], [], []
+    for spec in specs:
+        spec = {**spec, "uri": variant_uri(settings.outputs_bucket, dataset_id, spec, source_url)}
+        produced.append(spec)
+        base = {"dataset_id": dataset_id, "source": source, "variant": spec}
+        if spec["kind"] == "original":
+            store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
+                              size_bytes=size, status="READY")
+        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url)):
+            work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
+            publish_tasks.append({**base, "phase": "publish"})
+        elif spec["format"] == "zarr" and size > fan_out_above:
+            # A two-stage rechunk cannot fan out in one Map (stage 1 needs all of stage 0):
+            # it runs whole, on the bigger platform.
+            convert_tasks.append({**base, "phase": "whole", "convert_on": "fargate"})
+        else:
+            convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
+
+    cases = plans.expand_cases(plan, facts, dataset_id, produced)
+    run_prefix = f"runs/{dataset_id}/"
+    _put_json(s3, settings.outputs_bucket, run_prefix + "cases.json", cases)
+    work_units_ref = {"key": None, "count": 0}
+    if work_units:
+        _put_json(s3, settings.outputs_bucket, run_prefix + "work-units.json", work_units)
+        work_units_ref = {"key": run_prefix + "work-units.json", "count": len(work_units)}
+    concurrency = dict(settings.max_concurrency)
+    if isinstance(plan.get("max_concurrency"), int):
+        concurrency["bench"] = min(concurrency["bench"], plan["max_concurrency"])
+    store.update_run(dataset_id, kind_of_data=facts.kind, variants=[s["name"] for s in produced],
+                     cases=len(cases), platforms=platforms, platform_substitutions=substitutions)
+    return {
+        "convert_tasks": convert_tasks,
+        "publish_tasks": publish_tasks,
+        "work_units": work_units_ref,
+        "cases": {"key": run_prefix + "cases.json", "count": len(cases)},
+        "results_prefix": f"map-runs/{dataset_id}/",
+        "max_concurrency": concurrency,
+        "tolerated_failure_percentage": settings.tolerated_failure_percentage,
+    }
+
+
+def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
+    options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
+    if spec.get("compressor"):
+        options["compressor"] = spec["compressor"]
+    if max_mem:
+        options["max_mem"] = max_mem
+    return options
+
+
+def _prepare_rechunk(spec: dict, source_url: str) -> int:
+    """Stage the target and return its number of work units; 0 when the plan has two stages."""
+    from layoutlab.convert.rechunk_zarr import plan_rechunk
+
+    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, **rechunk_options(spec))
+    return len(rechunk_plan["units"]) if rechunk_plan["stages"] == 1 else 0

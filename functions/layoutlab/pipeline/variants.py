@@ -1,0 +1,108 @@
+"""The convert step: produce one variant (or one rechunk work unit) and record it.
+
+A variant appears at its final key only when complete: HDF5 is uploaded to a
+temporary key and copied into place; Zarr writes its metadata last (the
+rechunker's ``finalize``). The source is read-only: it is downloaded to local
+scratch space (Lambda's /tmp, a Fargate task's disk) and never written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from layoutlab.errors import BadInputFile
+from layoutlab.storage import S3Location
+
+# Leave room for the interpreter and libraries under the platform's memory limit.
+RECHUNK_MEMORY_SHARE = 0.5
+
+
+def _download(s3, source: dict, directory: str) -> Path:
+    path = Path(directory) / (Path(source["key"]).name or "source")
+    extra = {"VersionId": source["version_id"]} if source.get("version_id") else None
+    try:
+        s3.download_file(source["bucket"], source["key"], str(path), ExtraArgs=extra)
+    except Exception as error:  # botocore raises several types here; name the object either way
+        raise BadInputFile(f"s3://{source['bucket']}/{source['key']}", f"cannot be downloaded: {error}") from None
+    return path
+
+
+def _prefix_size(s3, bucket: str, prefix: str) -> int:
+    total = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        total += sum(o["Size"] for o in page.get("Contents", []))
+    return total
+
+
+def _peak_rss_mb() -> float:
+    from layoutlab.local.isolation import peak_rss_mb
+
+    return peak_rss_mb()
+
+
+def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> dict:
+    """Run one convert task (phase whole, unit or publish); returns what was done."""
+    phase = task.get("phase", "whole")
+    spec = task["variant"]
+    dataset_id = task["dataset_id"]
+    started = time.perf_counter()
+    if phase == "unit":
+        from layoutlab.convert.rechunk_zarr import load_plan, run_unit
+
+        return run_unit(load_plan(spec["uri"]), int(task["work_unit"]["k"]))
+    if phase == "publish":
+        from layoutlab.convert.rechunk_zarr import finalize, load_plan
+
+        finalize(load_plan(spec["uri"]))
+        detail = {}
+    elif spec["format"] == "hdf5":
+        detail = _repack(task, s3)
+    else:
+        detail = _rechunk(task, s3, memory_mb)
+    target = S3Location.parse(spec["uri"])
+    size = _prefix_size(s3, target.bucket, target.key + ("/" if spec["format"] == "zarr" else ""))
+    source_size = int(task["source"].get("size") or 0)
+    item = {
+        "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
+        "size_bytes": size, "source_bytes": source_size,
+        "size_overhead": (size / source_size - 1) if source_size else None,
+        "convert_s": time.perf_counter() - started, "peak_rss_mb": _peak_rss_mb(),
+        "platform": os.environ.get("LAYOUTLAB_PLATFORM", "local"), "spec": spec, **detail,
+    }
+    store.put_variant(dataset_id, spec["name"], **item)
+    return {"variant": spec["name"], "size_bytes": size, "convert_s": item["convert_s"]}
+
+
+def _repack(task: dict, s3) -> dict:
+    from layoutlab.convert.repack_hdf5 import repack
+
+    spec = task["variant"]
+    target = S3Location.parse(spec["uri"])
+    with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
+        source = _download(s3, task["source"], scratch)
+        out = Path(scratch) / "variant.h5"
+        summary = repack(source, out, page_size=spec.get("page_size", 8 * 2**20),
+                         target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
+        partial = f"{target.key}.partial"
+        s3.upload_file(str(out), target.bucket, partial)
+        s3.copy_object(Bucket=target.bucket, Key=target.key, CopySource={"Bucket": target.bucket, "Key": partial})
+        s3.delete_object(Bucket=target.bucket, Key=partial)
+    result = summary.to_dict()
+    # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
+    return {"repack": {k: (len(v) if isinstance(v, (list, dict)) else v)
+                       for k, v in result.items() if k not in ("input", "output")}}
+
+
+def _rechunk(task: dict, s3, memory_mb: int | None) -> dict:
+    from layoutlab.convert.rechunk_zarr import rechunk
+    from layoutlab.pipeline.planning import rechunk_options
+
+    spec = task["variant"]
+    max_mem = int(memory_mb * 2**20 * RECHUNK_MEMORY_SHARE) if memory_mb else None
+    with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
+        source = _download(s3, task["source"], scratch)
+        summary = rechunk(str(source), spec["uri"], progress=False, **rechunk_options(spec, max_mem))
+    return {"rechunk": {k: v for k, v in summary.items() if k != "destination"}}

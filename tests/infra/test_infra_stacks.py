@@ -1,0 +1,271 @@
+"""What `cdk deploy -c env=NAME` would create, checked on the synthesized templates.
+
+The app is synthesized once per session per environment (tests/infra/conftest.py);
+each test reads templates from that cloud assembly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from layoutlab_cdk.template_text import render  # cdk/ is put on sys.path by conftest.py
+
+from layoutlab import observability
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ASL_TEXT = (REPO_ROOT / "stepfunctions" / "pipeline.asl.json").read_text()
+S3_WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload",
+                    "s3:PutObjectAcl", "s3:PutObjectTagging", "s3:RestoreObject", "s3:ReplicateObject"}
+
+
+def policy_statements(synth):
+    """(where, statement) for every IAM statement: identity policies, inline role policies,
+    bucket and queue policies, topic policies."""
+    for where, resource in synth.all_resources().items():
+        properties = resource.get("Properties", {})
+        documents = []
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            documents.append(properties["PolicyDocument"])
+        if resource["Type"] == "AWS::IAM::Role":
+            documents += [p["PolicyDocument"] for p in properties.get("Policies", [])]
+        if resource["Type"] in ("AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy"):
+            documents.append(properties["PolicyDocument"])
+        for document in documents:
+            for statement in document["Statement"]:
+                yield where, statement
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def auto_delete_statement(synth, statement) -> bool:
+    """CDK's own bucket-emptying custom resource (dev only): allowed its wildcard actions."""
+    principal = render(statement.get("Principal", {}))
+    return synth.config.destroy_on_delete and "CustomS3AutoDeleteObjectsCustomResourceProviderRole" in principal
+
+
+def test_four_stacks_named_by_environment(dev, prod):
+    for synth in (dev, prod):
+        names = sorted(s.stack_name for s in synth.assembly.stacks)
+        assert names == sorted(f"layoutlab-{synth.env_name}-{p}" for p in ("compute", "data", "observability", "pipeline"))
+
+
+def test_buckets_are_private_encrypted_ssl_only_and_ingest_is_versioned(dev):
+    buckets = dev.resources("data", "AWS::S3::Bucket")
+    assert len(buckets) == 3  # ingest, outputs, access logs
+    for logical_id, bucket in buckets.items():
+        props = bucket["Properties"]
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True
+        }, logical_id
+        rules = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rules[0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms"), logical_id
+    policies = dev.resources("data", "AWS::S3::BucketPolicy")
+    ssl_denied = set()
+    for policy in policies.values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}:
+                ssl_denied.add(policy["Properties"]["Bucket"]["Ref"])
+    assert ssl_denied == set(buckets)
+    ingest = next(b for k, b in buckets.items() if k.startswith("Ingest"))
+    assert ingest["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert ingest["Properties"]["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
+    outputs = next(b for k, b in buckets.items() if k.startswith("Outputs"))
+    assert render(outputs["Properties"]["BucketName"]) != render(ingest["Properties"]["BucketName"])
+
+
+def test_results_table_is_single_table_with_pattern_index_and_tables_have_pitr(dev):
+    tables = {k: t["Properties"] for k, t in dev.resources("data", "AWS::DynamoDB::GlobalTable").items()}
+    assert len(tables) == 2
+    results = next(t for k, t in tables.items() if k.startswith("Results"))
+    assert results["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+    (index,) = results["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == "by-pattern"
+    assert [k["AttributeName"] for k in index["KeySchema"]] == ["pattern_pk", "pattern_sk"]
+    idempotency = next(t for k, t in tables.items() if k.startswith("Idempotency"))
+    assert idempotency["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    for table in tables.values():
+        for replica in table["Replicas"]:
+            assert replica["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+
+
+@pytest.mark.parametrize("env_fixture", ["dev", "prod"])
+def test_functions_have_explicit_handler_runtime_arch_memory_timeout(env_fixture, request):
+    synth = request.getfixturevalue(env_fixture)
+    functions = {
+        f["Properties"]["Handler"]: f["Properties"] for f in synth.resources("compute", "AWS::Lambda::Function").values()
+    }
+    expected = {f"layoutlab.handlers.{name}.handler" for name in synth.config.functions}
+    assert expected <= set(functions)
+    for name, size in synth.config.functions.items():
+        props = functions[f"layoutlab.handlers.{name}.handler"]
+        assert props["Runtime"] == "python3.11"
+        assert props["Architectures"] == ["x86_64"]
+        assert props["MemorySize"] == size.memory_mb
+        assert props["Timeout"] == size.timeout_seconds
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert len(props["Layers"]) == 1
+        env = props["Environment"]["Variables"]
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == observability.NAMESPACE
+        assert env["POWERTOOLS_SERVICE_NAME"] == observability.SERVICE
+    plan_env = functions["layoutlab.handlers.plan.handler"]["Environment"]["Variables"]
+    platforms = json.loads(plan_env["LAYOUTLAB_PLATFORMS"])
+    assert {p["kind"] for p in platforms.values()} == {"lambda", "fargate"}
+    bench_env = functions["layoutlab.handlers.bench.handler"]["Environment"]["Variables"]
+    assert bench_env["LAYOUTLAB_PLATFORM"] in platforms
+
+
+def test_fargate_task_definitions_run_the_same_entry_points(dev):
+    tasks = {t["Properties"]["Family"]: t["Properties"] for t in dev.resources("compute", "AWS::ECS::TaskDefinition").values()}
+    assert set(tasks) == {"layoutlab-dev-convert", "layoutlab-dev-bench"}
+    for command, size in (("convert", dev.config.convert_task), ("bench", dev.config.bench_task)):
+        task = tasks[f"layoutlab-dev-{command}"]
+        assert task["RequiresCompatibilities"] == ["FARGATE"]
+        assert (int(task["Cpu"]), int(task["Memory"])) == (size.cpu, size.memory_mb)
+        (container,) = task["ContainerDefinitions"]
+        assert container["Name"] == "layoutlab"
+        assert container["Command"] == ["python", "-m", "layoutlab.handlers.task", command]
+        assert container["LogConfiguration"]["LogDriver"] == "awslogs"
+    (cluster,) = dev.resources("compute", "AWS::ECS::Cluster").values()
+    assert {"Name": "containerInsights", "Value": "enhanced"} in cluster["Properties"]["ClusterSettings"] or {
+        "Name": "containerInsights", "Value": "enabled"} in cluster["Properties"]["ClusterSettings"]
+    dockerfile = REPO_ROOT / "cdk" / "container" / "Dockerfile"
+    assert "pip install ." in dockerfile.read_text()
+
+
+def test_deployed_definition_is_the_asl_file_with_every_placeholder_substituted(dev):
+    (machine,) = dev.resources("pipeline", "AWS::StepFunctions::StateMachine").values()
+    props = machine["Properties"]
+    assert props["DefinitionString"] == ASL_TEXT  # verbatim: substitution happens in CloudFormation
+    placeholders = set(re.findall(r"\$\{([A-Za-z0-9_]+)\}", ASL_TEXT))
+    substitutions = props["DefinitionSubstitutions"]
+    assert set(substitutions) == placeholders
+    rendered = {k: render(v) for k, v in substitutions.items()}
+    for name in ("PlanFunctionArn", "ConvertFunctionArn", "BenchFunctionArn", "SummarizeFunctionArn",
+                 "RecordFailureFunctionArn", "ClusterArn", "ConvertTaskDefinitionArn", "BenchTaskDefinitionArn",
+                 "TaskSubnet1", "TaskSubnet2", "TaskSecurityGroup"):
+        assert rendered[name].startswith("${Import:layoutlab-dev-compute:"), (name, rendered[name])
+    assert rendered["OutputsBucketName"] == "layoutlab-dev-outputs-${AWS::AccountId}-${AWS::Region}"
+    assert rendered["TaskContainerName"] == "layoutlab"
+    assert props["StateMachineName"] == "layoutlab-dev-pipeline"
+    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is True
+    assert props["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_trigger_watches_incoming_only_and_is_disjoint_from_every_output(dev):
+    from layoutlab_cdk.config import INGEST_PREFIX, OUTPUT_PREFIXES
+
+    (rule,) = dev.resources("pipeline", "AWS::Events::Rule").values()
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    assert [render(n) for n in pattern["detail"]["bucket"]["name"]] == [
+        "layoutlab-dev-ingest-${AWS::AccountId}-${AWS::Region}"
+    ]
+    assert pattern["detail"]["object"]["key"] == [{"prefix": INGEST_PREFIX}]
+    (target,) = rule["Properties"]["Targets"]
+    assert "IngestFunction" in render(target["Arn"])
+    assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    for prefix in OUTPUT_PREFIXES.values():
+        assert not prefix.startswith(INGEST_PREFIX) and not INGEST_PREFIX.startswith(prefix)
+    # Ingest's own failures (after Lambda's async retries) go to a queue.
+    (invoke_config,) = dev.resources("compute", "AWS::Lambda::EventInvokeConfig").values()
+    assert "IngestFailures" in render(invoke_config["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
+
+
+@pytest.mark.parametrize("env_fixture", ["dev", "prod"])
+def test_no_wildcard_actions_in_any_allow_statement(env_fixture, request):
+    synth = request.getfixturevalue(env_fixture)
+    offenders = []
+    for where, statement in policy_statements(synth):
+        if statement["Effect"] != "Allow" or auto_delete_statement(synth, statement):
+            continue  # Deny s3:* / sqs:* without TLS is the SSL enforcement, not a grant
+        offenders += [(where, a) for a in as_list(statement.get("Action", [])) if "*" in a]
+    assert offenders == []
+    if not synth.config.destroy_on_delete:  # prod: no exception at all
+        assert not any("AutoDelete" in where for where, _ in policy_statements(synth))
+
+
+@pytest.mark.parametrize("env_fixture", ["dev", "prod"])
+def test_nothing_deployed_may_write_to_the_ingest_bucket(env_fixture, request):
+    """Outputs never go under incoming/: no role is even allowed to write to the ingest bucket."""
+    from layoutlab_cdk.config import OUTPUT_PREFIXES
+
+    synth = request.getfixturevalue(env_fixture)
+    ingest = f"layoutlab-{synth.env_name}-ingest-"
+    outputs = f"arn:${{AWS::Partition}}:s3:::layoutlab-{synth.env_name}-outputs-${{AWS::AccountId}}-${{AWS::Region}}/"
+    writes = 0
+    for where, statement in policy_statements(synth):
+        if statement["Effect"] != "Allow" or auto_delete_statement(synth, statement):
+            continue
+        if not S3_WRITE_ACTIONS & set(as_list(statement["Action"])):
+            continue
+        principal = render(statement.get("Principal", {}))
+        if "logging.s3.amazonaws.com" in principal:  # server access logs into the log bucket
+            continue
+        for resource in map(render, as_list(statement["Resource"])):
+            writes += 1
+            assert ingest not in resource, f"{where} may write {resource}"
+            assert resource.startswith(outputs), f"{where} writes outside the outputs bucket: {resource}"
+            assert any(resource == f"{outputs}{prefix}*" for prefix in OUTPUT_PREFIXES.values()), resource
+    assert writes >= 5  # plan, convert (Lambda + task), summarize, state machine
+
+
+def test_dashboard_and_alarms_use_the_shared_metric_names(dev):
+    (dashboard,) = dev.resources("observability", "AWS::CloudWatch::Dashboard").values()
+    body = render(dashboard["Properties"]["DashboardBody"])
+    for spec in observability.ALL_METRICS:
+        assert f'"{spec.name}"' in body or f'\\"{spec.name}\\"' in body, spec.name
+    assert observability.BENCH_WALL_TIME.search_expression("Average", 300).replace('"', '\\"') in body
+    for word in ("ExecutionsFailed", "Duration", "Errors", "Throttles", "TaskCount"):
+        assert word in body
+    alarms = dev.resources("observability", "AWS::CloudWatch::Alarm")
+    assert len(alarms) >= 5
+    failures_alarm = next(a for k, a in alarms.items() if k.startswith("PipelineFailuresRecorded"))
+    stages = {
+        d["Value"]
+        for m in failures_alarm["Properties"]["Metrics"]
+        if "MetricStat" in m
+        for d in m["MetricStat"]["Metric"]["Dimensions"]
+        if d["Name"] == observability.Dimension.STAGE
+    }
+    assert stages == set(observability.STAGES)
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"], "every alarm notifies the alarm topic"
+
+
+def test_dev_and_prod_differ_in_sizes_retention_and_removal(dev, prod):
+    def retention(synth):
+        groups = synth.resources("compute", "AWS::Logs::LogGroup")
+        return {g["Properties"]["RetentionInDays"] for g in groups.values()}
+
+    assert retention(dev) == {dev.config.log_retention_days}
+    assert retention(prod) == {prod.config.log_retention_days}
+    assert dev.config.log_retention_days < prod.config.log_retention_days
+
+    def deletion_policies(synth, cfn_type):
+        return {r.get("DeletionPolicy") for r in synth.resources("data", cfn_type).values()}
+
+    assert deletion_policies(dev, "AWS::S3::Bucket") == {"Delete"}
+    assert deletion_policies(prod, "AWS::S3::Bucket") == {"Retain"}
+    assert deletion_policies(prod, "AWS::DynamoDB::GlobalTable") == {"Retain"}
+    assert all(
+        t["Properties"]["Replicas"][0].get("DeletionProtectionEnabled") is True
+        for t in prod.resources("data", "AWS::DynamoDB::GlobalTable").values()
+    )
+    assert dev.config.functions["convert"].memory_mb < prod.config.functions["convert"].memory_mb
+    assert dev.config.convert_task.cpu < prod.config.convert_task.cpu
+
+
+def test_asset_staging_keeps_the_image_context_small(dev):
+    """The Fargate image's build context is the repo root: only what the Dockerfile copies goes in."""
+    manifest = json.loads(Path(dev.outdir, "layoutlab-dev-compute.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    context = Path(dev.outdir, image["source"]["directory"])
+    top_level = sorted(p.name for p in context.iterdir())
+    assert top_level == ["README.md", "cdk", "functions", "pyproject.toml"]
+    assert not list(context.rglob("__pycache__"))

@@ -1,0 +1,58 @@
+"""The isolated runner: a fresh pinned process with a memory limit, failures reported, never raised."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from layoutlab.local.isolation import run_isolated
+
+# targets the child imports: functions of this test module would need the tests on the path,
+# so the children call small library functions with known behaviour instead.
+
+
+def test_result_cpu_pin_and_fresh_process():
+    result = run_isolated("os:sched_getaffinity", 0, memory_mb=1769)
+    assert not result.ok and "not JSON" in result.error  # a set is not JSON: said, not stringified
+    result = run_isolated("layoutlab.local.isolation:describe_process", None, memory_mb=1769)
+    assert result.ok, result.error
+    seen = result.result
+    assert seen["cpus"] == [result.cpu] == [max(os.sched_getaffinity(0))]  # pinned to the measured core
+    assert seen["rlimit_data"] == 1769 * 2**20
+    assert seen["ppid"] == os.getpid() and seen["pid"] != os.getpid()  # a fresh child of ours
+    assert seen["modules"] < 200  # cold: nothing of the parent's imports
+    assert 5 < result.peak_rss_mb < 100 and result.process_wall_s > 0
+    again = run_isolated("layoutlab.local.isolation:describe_process", None, cpu=None)
+    assert again.result["pid"] != seen["pid"] and again.result["cpus"] == sorted(os.sched_getaffinity(0))
+
+
+def test_memory_limit_is_enforced():
+    # numpy.ones(2**28) is 2 GiB of float64: over a 1024 MB limit, fine without one
+    limited = run_isolated("numpy:ones", 2**28, memory_mb=1024)
+    assert not limited.ok and limited.error_type == "MemoryError"
+    assert "memory limit of 1024 MB exceeded" in limited.error
+
+
+def test_exceptions_become_errors_not_tracebacks():
+    result = run_isolated("json:loads", "{not json")
+    assert not result.ok and result.error_type == "JSONDecodeError"
+    assert "Expecting property name" in result.error and "Traceback" in result.traceback
+    missing = run_isolated("layoutlab.nothing_here:run", {})
+    assert not missing.ok and missing.error_type == "ModuleNotFoundError"
+
+
+def test_timeout_kills_the_child():
+    result = run_isolated("time:sleep", 30, timeout=1.5)
+    assert not result.ok and result.timed_out and "timed out after 1.5 s" in result.error
+    assert result.process_wall_s < 10
+
+
+def test_peak_rss_is_the_childs_own():
+    import numpy  # noqa: F401  (the parent is big; the small child must not inherit its figure)
+
+    small = run_isolated("os:getpid", None)
+    big = run_isolated("numpy:ones", 2**26)  # 512 MiB touched
+    # ones returns an array, which is not JSON: the call ran and its memory was still measured
+    assert not big.ok and big.peak_rss_mb > small.peak_rss_mb + 400
+    assert small.peak_rss_mb < 100

@@ -1,0 +1,101 @@
+"""Plans: validation with clear errors, variant names, and the case grid they expand to."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from layoutlab.pipeline import plan as plans
+from layoutlab.pipeline.plan import DatasetFacts, PlanError
+
+GRID = DatasetFacts(kind="grid", grid_shape=(240, 181, 288))
+GRANULE = DatasetFacts(kind="granule")
+
+
+def produced(specs):
+    return [{"name": s["name"], "format": s["format"], "uri": f"s3://out/{s['name']}"} for s in specs]
+
+
+def test_default_plan_gives_a_grid_dataset_paged_and_three_zarr_variants():
+    plan = plans.merge_plan(None)
+    names = [s["name"] for s in plans.variant_specs(plan, GRID)]
+    assert names[:3] == ["original", "paged-8MiB", "rechunked-paged-8MiB"]
+    zarr = [n for n in names if n.startswith("zarr-")]
+    assert zarr[0] == "zarr-240x10x10" and zarr[1] == "zarr-1x181x288" and len(zarr) == 3
+
+
+def test_granules_get_no_zarr_variants_and_only_granule_patterns():
+    plan = plans.merge_plan(None)
+    specs = plans.variant_specs(plan, GRANULE)
+    assert all(s["format"] == "hdf5" for s in specs)
+    cases = plans.expand_cases(plan, GRANULE, "g1", produced(specs))
+    assert {c["pattern"] for c in cases} == {"granule-open-list", "beam-read", "beam-subset"}
+
+
+def test_case_grid_is_the_full_product_with_readers_matched_to_formats():
+    plan = plans.merge_plan({"repetitions": 2})
+    specs = plans.variant_specs(plan, GRID)
+    cases = plans.expand_cases(plan, GRID, "d1", produced(specs))
+    hdf5 = sum(s["format"] == "hdf5" for s in specs)
+    zarr = sum(s["format"] == "zarr" for s in specs)
+    per_variant_patterns = len(plan["patterns"]["grid"]) * len(plan["platforms"]) * 2
+    assert len(cases) == per_variant_patterns * (hdf5 * len(plan["readers"]["hdf5"]) + zarr * len(plan["readers"]["zarr"]))
+    assert all(c["reader"].startswith("zarr") == (c["format"] == "zarr") for c in cases)
+    # repetitions are the outer loop: the first half of the list is repetition 0
+    assert {c["repetition"] for c in cases[: len(cases) // 2]} == {0}
+    keys = {(c["variant"], c["pattern"], c["reader"], c["platform"], c["repetition"]) for c in cases}
+    assert len(keys) == len(cases)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"variants": [{"kind": "magic"}]}, "variants[0].kind 'magic'"),
+        ({"variants": [{"kind": "repack-paged", "page_size": "3MiB"}]}, "power of two"),
+        ({"patterns": ["timeseries-point", "bogus"]}, "unknown pattern 'bogus'"),
+        ({"readers": {"hdf5": ["h5py-magic"]}}, "unknown reader 'h5py-magic'"),
+        ({"platforms": ["lambda-99999"]}, "128..10240"),
+        ({"platforms": ["ec2"]}, "unknown platform 'ec2'"),
+        ({"repetitions": 0}, "'repetitions'"),
+        ({"variants": [{"kind": "rechunk-zarr", "chunks": "diagonal"}]}, "chunks must be"),
+    ],
+)
+def test_bad_plans_are_refused_naming_the_field(override, message):
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plans.merge_plan({"name": "mine", **override})
+
+
+def test_explicit_chunks_by_dimension_and_sharding_name_the_variant():
+    plan = plans.merge_plan({"variants": [
+        {"kind": "rechunk-zarr", "chunks": {"time": 120, "lat": 50, "lon": 100}},
+        {"kind": "rechunk-zarr", "chunks": [24, 181, 288], "shards": {"time": 48}},
+    ]})
+    assert [s["name"] for s in plans.variant_specs(plan, GRID)] == ["zarr-120x50x100", "zarr-sharded-24x181x288"]
+
+
+def test_sizes_parse_and_print():
+    assert plans.parse_size("8MiB") == 8 * 2**20
+    assert plans.parse_size("4 KiB") == 4096
+    assert plans.size_label(8 * 2**20) == "8MiB"
+    with pytest.raises(ValueError):
+        plans.parse_size("eight megs")
+
+
+@given(
+    t=st.integers(1, 6000), y=st.integers(1, 800), x=st.integers(1, 1200),
+    target=st.integers(4096, 64 * 2**20),
+)
+def test_balanced_chunks_fit_the_array_and_the_target(t, y, x, target):
+    ct, cy, cx = plans.chunk_preset("balanced", (t, y, x), 4, target)
+    assert 1 <= ct <= t and 1 <= cy <= y and 1 <= cx <= x
+    assert ct * cy * cx * 4 <= max(target, 4) * 2  # never far above the target
+
+
+def test_balanced_chunks_balance_series_and_maps_on_the_paper_grid():
+    ct, cy, cx = plans.chunk_preset("balanced", (5136, 721, 1152), 4, 4 * 2**20)
+    series_chunks = 5136 / ct
+    map_chunks = (721 / cy) * (1152 / cx)
+    assert 0.5 < series_chunks / map_chunks < 2
