@@ -78,6 +78,7 @@ def test_s3_source_to_s3_destination_with_fan_out_matches_a_local_run(s3, tmp_pa
         assert body == (local / key).read_bytes(), key
 
 
+@pytest.mark.slow
 def test_s3_zarr_source_via_cli_and_existing_destination_needs_overwrite(s3, capsys):
     client, source = s3
     first = f"s3://{BUCKET}/zarr/maps.zarr"
