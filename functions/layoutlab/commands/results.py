@@ -23,7 +23,7 @@ def register(subparsers) -> None:
         help="query benchmark results, variants, summaries and failures",
         description=(
             "Query the results table (DynamoDB), in AWS or locally, with the same code. Where: "
-            "--endpoint or $AWS_ENDPOINT_URL if given; else a running local cloud ('layoutlab local up'); "
+            "--endpoint or $AWS_ENDPOINT_URL (and --table or $LAYOUTLAB_RESULTS_TABLE) if given; else a running local cloud ('layoutlab local up'); "
             "else the results the last 'layoutlab demo' kept on disk (layoutlab.local.pipeline.snapshot_path(), "
             "by default ~/.local/state/layoutlab/results.json; delete it or run 'layoutlab demo --reset' to "
             "start afresh); else AWS. --aws forces AWS."
@@ -129,7 +129,7 @@ def run(args) -> int:
 
     kind = args.kind or (None if args.dataset else "RESULT")
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
-    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None)
+    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or os.environ.get("LAYOUTLAB_RESULTS_TABLE")
     args.aws = args.aws or bool(args.env)
     if not endpoint and not args.aws:
         endpoint = _local_endpoint()
