@@ -19,7 +19,7 @@ from pathlib import Path
 
 from layoutlab.errors import UserError
 
-DEFAULT_GEOS_SHAPE = "240,181,288"
+DEFAULT_GEOS_SHAPE = "240,91,144"
 DEFAULT_PHOTONS = 200_000
 
 

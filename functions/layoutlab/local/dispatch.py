@@ -173,15 +173,23 @@ class Dispatcher:
             LOG.warning("could not forward a task's metrics to the local CloudWatch: %s", error)
 
     def _run(self, target: str, request: dict, platform: str, timeout: float, env: dict | None = None):
+        from layoutlab.local.forked import run_forked
         from layoutlab.local.isolation import run_isolated
         from layoutlab.platforms import platform_profile
+
+        # A process forked from the preloaded fork server (imports done, nothing else) unless
+        # LAYOUTLAB_FRESH_INTERPRETER=1 asks for a new interpreter per task.
+        fresh = os.environ.get("LAYOUTLAB_FRESH_INTERPRETER") == "1"
+        runner = run_isolated if fresh else run_forked
+        mode = "fresh interpreter" if fresh else "forked from a preloaded process"
 
         memory_mb = platform_profile(platform).memory_mb
         with self._one_at_a_time:
             started = time.perf_counter()
-            outcome = run_isolated(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
-                                   env={**self.env, "LAYOUTLAB_PLATFORM": platform, **(env or {})}, timeout=timeout,
-                                   on_output=self._forward_metrics)
+            outcome = runner(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
+                             env={**self.env, "LAYOUTLAB_PLATFORM": platform, "LAYOUTLAB_TASK_PROCESS": mode,
+                                  **(env or {})},
+                             timeout=timeout, on_output=self._forward_metrics)
         LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
                  request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
                  time.perf_counter() - started, outcome.process_wall_s)
@@ -214,6 +222,9 @@ class Dispatcher:
 
 def install(moto_endpoint: str, proxy_control: str | None, cpu: int | None) -> Dispatcher:
     """Route the state machine's tasks in this process (the local cloud server) to fresh processes."""
+    # What the preloaded fork server's imports read (the handlers' Powertools set-up).
+    for name in ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_TRACE_DISABLED"):
+        os.environ[name] = task_environment(moto_endpoint, proxy_control)[name]
     dispatcher = Dispatcher(moto_endpoint, proxy_control, cpu)
     sfn_adapter.install(dispatcher.invoke_lambda, dispatcher.run_task)
     return dispatcher

@@ -38,6 +38,7 @@ def measure(case: dict) -> dict:
             "fresh_process": True, "cpu": sorted(os.sched_getaffinity(0)),
             "memory_limit_mb": None if limit == resource.RLIM_INFINITY else limit // 2**20,
             "memory_limit": "RLIMIT_DATA", "runner": "local dispatcher",
+            "process": os.environ.get("LAYOUTLAB_TASK_PROCESS", "fresh interpreter"),
         }
         return record
     return runner.run_case_isolated(runnable)
