@@ -43,6 +43,11 @@ BLOCK_BYTES = 64 * MiB
 PAGE_BUFFER_PAGES = 0  # measured: a page buffer slows raw-data copies (GEOS 1 GB: 6.7 s vs 1.6 s)
 PAGE_BUFFER_MIN_META_PERCENT = 0
 METADATA_CACHE_BYTES = 32 * MiB
+# Raw chunk copies read neighbouring chunks with one call, up to this many
+# bytes: a buffer that stays in the CPU cache between the read and HDF5's
+# write. Measured on GEOS 1 GB (2.2 MB chunks): 16 MiB spans 2.3-5 s, one chunk
+# per read 0.65 s, as fast as h5repack (a plain read/write copy shows the same).
+READ_SPAN_BYTES = 1 * MiB
 # Source chunk cache while rechunking: holds the source chunks one block spans.
 SOURCE_CHUNK_CACHE = 64 * MiB
 
@@ -489,9 +494,9 @@ class _Repacker:
         write = dst.id.write_direct_chunk
         done = 0
         for span_start, span_end, members in _read_spans(located):
-            # One read per run of neighbouring chunks (up to 16 MiB) into one reused
-            # buffer (a fresh multi-MB bytes object per read costs page faults), sliced
-            # without copying.
+            # One read per run of neighbouring chunks (up to READ_SPAN_BYTES) into one
+            # reused buffer (a fresh multi-MB bytes object per read costs page faults),
+            # sliced without copying.
             length = span_end - span_start
             if len(self.read_buffer) < length:
                 self.read_buffer = bytearray(length)
@@ -597,9 +602,11 @@ class _Repacker:
         return self.dst_refs[dst_path]
 
 
-def _read_spans(located, max_gap=64 * 1024, max_span=16 * MiB):
+def _read_spans(located, max_gap=64 * 1024, max_span=None):
     """Group chunks sorted by address into (start, end, chunks) runs read with one call each:
-    neighbours closer than ``max_gap``, runs up to ``max_span`` bytes (bounds memory)."""
+    neighbours closer than ``max_gap``, runs up to ``max_span`` bytes (default
+    ``READ_SPAN_BYTES``; a larger chunk is a run of its own)."""
+    max_span = READ_SPAN_BYTES if max_span is None else max_span
     run: list = []
     start = end = 0
     for item in located:
