@@ -335,32 +335,41 @@ class _Repacker:
 
     # --- attributes -------------------------------------------------------------
 
-    def _copy_attributes(self, src_obj, dst_obj):
+    def _copy_attributes(self, src_obj, dst_obj, create_plist=None):
         # Low-level calls only: this runs for every attribute (~6,000 in an
         # ATL03 granule) and h5py's high-level dtype translation dominates otherwise.
-        for name in _attribute_names(src_obj):
-            bname = name.encode("utf-8", "surrogateescape")
-            src_attr = h5py.h5a.open(src_obj.id, bname)
+        # Attributes are opened by position (no name listing, no name lookup).
+        oid = src_obj.id
+        count = h5py.h5o.get_info(oid).num_attrs
+        if not count:
+            return
+        plist = create_plist if create_plist is not None else oid.get_create_plist()
+        index = (h5py.h5.INDEX_CRT_ORDER if _tracks_creation_order(plist, "get_attr_creation_order")
+                 else h5py.h5.INDEX_NAME)
+        dst_id = dst_obj.id
+        for position in range(count):
+            src_attr = h5py.h5a.open(oid, index=position, index_type=index)
+            bname = src_attr.get_name()
             src_type = src_attr.get_type()
             tid = self._file_type(src_type)
             space = src_attr.get_space()
-            dst_attr = h5py.h5a.create(dst_obj.id, bname, tid, space)
+            dst_attr = h5py.h5a.create(dst_id, bname, tid, space)
             self.summary.attributes += 1
             if space.get_simple_extent_type() == h5py.h5s.NULL:
                 continue
-            kind = _type_kind(src_type)
-            if kind == "fixed":
+            if _type_kind(src_type) == "fixed":
                 # Bytes as stored, with the file type as memory type: no conversion
                 # (h5py's numpy view of a NULLTERM string would lose its last byte).
-                data = np.empty(space.shape, dtype=f"V{src_type.get_size()}")
+                data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(src_type.get_size()))
                 src_attr.read(data, mtype=src_type)
                 dst_attr.write(data, mtype=tid)
                 continue
             dtype = src_attr.dtype
             if _holds_references(dtype):
-                self.deferred_attrs.append((src_obj, dst_obj, name))  # written once every target exists
+                # written once every target exists
+                self.deferred_attrs.append((src_obj, dst_obj, bname.decode("utf-8", "surrogateescape")))
                 continue
-            data = np.empty(space.shape, dtype=dtype)
+            data = np.empty(space.get_simple_extent_dims(), dtype=dtype)
             src_attr.read(data)
             dst_attr.write(data)
 
@@ -691,15 +700,14 @@ def _type_kind(tid: h5py.h5t.TypeID) -> str:
     return "fixed"
 
 
-def _attribute_names(obj) -> list[str]:
-    """Attribute names in creation order when tracked, else by name."""
-    plist = obj.id.get_create_plist()
-    tracked = _tracks_creation_order(plist, "get_attr_creation_order")
-    index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
-    names: list[str] = []
-    h5py.h5a.iterate(obj.id, lambda name, *_: names.append(name.decode("utf-8", "surrogateescape")) or None,
-                     index_type=index)
-    return names
+_OPAQUE_DTYPES: dict[int, np.dtype] = {}
+
+
+def _opaque_dtype(size: int) -> np.dtype:
+    """``V<size>``: a numpy type that holds any stored value's bytes unchanged (cached: one per size)."""
+    if size not in _OPAQUE_DTYPES:
+        _OPAQUE_DTYPES[size] = np.dtype(f"V{size}")
+    return _OPAQUE_DTYPES[size]
 
 
 def _is_fixed_size(dtype: np.dtype) -> bool:
