@@ -41,11 +41,13 @@ CI_PLAN = {
 FAN_OUT_PLAN = {
     "name": "fanout",
     "variants": [{"kind": "rechunk-zarr", "chunks": {"time": 6, "lat": 19, "lon": 36}, "applies_to": "grid"}],
-    "patterns": {"grid": ["map-timestep"], "granule": []},
+    "patterns": {"grid": ["map-timestep", "timeseries-point"], "granule": []},
     "readers": {"hdf5": [], "zarr": ["zarr-obstore"]},
     "platforms": ["local-lambda"],
     "repetitions": 1,
     "fan_out_above_bytes": 1,
+    # a point off the globe: that case fails, is recorded, and the dataset goes on
+    "pattern_params": {"timeseries-point": {"lat": 95.0}},
 }
 
 
@@ -177,7 +179,12 @@ def test_a_big_rechunk_fans_out_over_work_units_and_is_published_whole(run):
     units = pipeline.s3.get_object(Bucket=dispatch.OUTPUTS_BUCKET, Key=f"runs/{fanned['dataset_id']}/work-units.json")
     assert len(__import__("json").loads(units["Body"].read())) == 4  # 24 time steps in chunks of 6
     [result] = items(pipeline, fanned, "RESULT")
-    assert result["checksum_ok"] is True
+    assert result["checksum_ok"] is True and result["pattern"] == "map-timestep"
+    [failure] = items(pipeline, fanned, "FAILURE")
+    assert failure["stage"] == "bench" and "lat=95.0 is outside the grid" in failure["reason"]
+    assert failure["detail"] == "zarr-6x19x36#timeseries-point#zarr-obstore#local-lambda#000"
+    [summary] = items(pipeline, fanned, "SUMMARY")
+    assert summary["cases_failed"] == 1 and summary["cases_planned"] == 2
     store = xr.open_zarr(variant["uri"], storage_options={"client_kwargs": {"endpoint_url": pipeline.cloud.moto_endpoint}})
     expected = geos.geos_values(geos.GeosGrid((24, 19, 36)), 0, 24)
     np.testing.assert_array_equal(store[geos.VARIABLE].values, expected)
