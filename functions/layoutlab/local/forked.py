@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from layoutlab.local.isolation import IsolatedResult, _child
+from layoutlab.local.isolation import IsolatedResult, _child, result_of
 
 PRELOAD = [
     "numpy", "h5py", "s3fs", "zarr", "obstore", "boto3", "botocore.session",
@@ -104,18 +104,4 @@ def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cp
                   peak_rss_mb=(outcome or {}).get("peak_rss_mb") or 0.0,
                   peak_rss_source="VmHWM (forked: includes the preloaded modules)", cpu=cpu, memory_mb=memory_mb,
                   output_tail=tail, timed_out=timed_out, env_keys=sorted((env or {}).keys()))
-    if outcome and outcome.get("ok"):
-        return IsolatedResult(ok=True, result=outcome["result"], error=None, error_type=None, traceback=None, **common)
-    if outcome:
-        return IsolatedResult(ok=False, result=None, error=outcome["error"], error_type=outcome["error_type"],
-                              traceback=outcome.get("traceback"), **common)
-    if timed_out:
-        reason = f"timed out after {timeout:g} s"
-    elif returncode < 0:
-        name = signal.Signals(-returncode).name
-        reason = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
-    else:
-        last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-        reason = f"exited with status {returncode}: {last}"
-    return IsolatedResult(ok=False, result=None, error=f"{target}: {reason}", error_type="ProcessFailed",
-                          traceback=None, **common)
+    return result_of(target, outcome, common, timeout)

@@ -147,19 +147,25 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
                   cpu=cpu,
                   memory_mb=memory_mb, output_tail=tail, timed_out=timed_out.is_set(),
                   env_keys=sorted((env or {}).keys()))
+    return result_of(target, outcome, common, timeout)
+
+
+def result_of(target: str, outcome: dict | None, common: dict, timeout: float | None) -> IsolatedResult:
+    """The ``IsolatedResult`` for what a task process left behind: its outcome file, or how it ended."""
     if outcome and outcome.get("ok"):
         return IsolatedResult(ok=True, result=outcome["result"], error=None, error_type=None, traceback=None, **common)
     if outcome:
         return IsolatedResult(ok=False, result=None, error=outcome["error"], error_type=outcome["error_type"],
                               traceback=outcome.get("traceback"), **common)
-    if timed_out.is_set():
+    returncode, tail = common["returncode"], common["output_tail"]
+    if common["timed_out"]:
         reason = f"timed out after {timeout:g} s"
-    elif process.returncode < 0:
-        name = signal.Signals(-process.returncode).name
+    elif returncode < 0:
+        name = signal.Signals(-returncode).name
         reason = f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
     else:
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-        reason = f"exited with status {process.returncode}: {last}"
+        reason = f"exited with status {returncode}: {last}"
     return IsolatedResult(ok=False, result=None, error=f"{target}: {reason}", error_type="ProcessFailed",
                           traceback=None, **common)
 
