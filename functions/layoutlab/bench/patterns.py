@@ -22,6 +22,8 @@ Any array, after Earthmover / Xu et al.:
 
 from __future__ import annotations
 
+import abc
+
 import math
 from dataclasses import dataclass, field
 
@@ -127,7 +129,7 @@ def _box(coord, low, high, name):
     return slice(int(idx[0]), int(idx[-1]) + 1)
 
 
-class Pattern:
+class Pattern(abc.ABC):
     name = ""
     defaults: dict = {}
 
@@ -138,8 +140,9 @@ class Pattern:
                             f"known: {sorted(self.defaults)}")
         return {**self.defaults, **(given or {})}
 
+    @abc.abstractmethod
     def select(self, handle, params) -> Selection:
-        raise NotImplementedError
+        """What to read for ``params`` (coordinate lookups and searches happen here)."""
 
     def load(self, handle, selection: Selection) -> Loaded:
         return _load_reads(handle, selection.reads)

@@ -19,6 +19,8 @@ Readers (``READERS``):
 
 from __future__ import annotations
 
+import abc
+
 import re
 from dataclasses import dataclass, field
 
@@ -43,14 +45,15 @@ def page_size_from_variant(variant: str | None) -> int | None:
 
 
 @dataclass
-class Handle:
+class Handle(abc.ABC):
     kind: str  # "hdf5" | "zarr"
     root: object
     settings: dict = field(default_factory=dict)
     closers: list = field(default_factory=list)
 
+    @abc.abstractmethod
     def array(self, path: str):
-        raise NotImplementedError
+        """The array at ``path`` (h5py Dataset, zarr Array or xarray variable)."""
 
     def has(self, path: str) -> bool:
         try:
@@ -59,12 +62,13 @@ class Handle:
         except (KeyError, FileNotFoundError, ValueError):
             return False
 
+    @abc.abstractmethod
     def attrs(self) -> dict:
-        raise NotImplementedError
+        """The root attributes."""
 
+    @abc.abstractmethod
     def listing(self) -> dict:
         """Visit every group and array, reading all attributes: {"objects", "arrays", "attributes"}."""
-        raise NotImplementedError
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -181,7 +185,7 @@ def _chunk_cache(h5file) -> dict:
     return {"rdcc_nbytes": int(nbytes), "rdcc_nslots": int(nslots), "rdcc_w0": float(w0)}
 
 
-class Reader:
+class Reader(abc.ABC):
     name = ""
     kind = ""  # what it reads: "hdf5" or "zarr"
     description = ""
@@ -203,8 +207,9 @@ class Reader:
         for module in self.modules:
             importlib.import_module(module)
 
+    @abc.abstractmethod
     def open(self, url: str) -> Handle:
-        raise NotImplementedError
+        """Open ``url`` with this reader's settings."""
 
 
 class H5pyS3fsDefault(Reader):
