@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-from layoutlab.local.isolation import IsolatedResult, _child, result_of
+from layoutlab.local.isolation import IsolatedResult, _child, result_of, write_request
 
 PRELOAD = [
     "numpy", "h5py", "s3fs", "zarr", "obstore", "boto3", "botocore.session",
@@ -70,12 +70,7 @@ def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cp
                env: dict[str, str] | None = None, timeout: float | None = None, on_output=None) -> IsolatedResult:
     context = _fork_context()
     with tempfile.TemporaryDirectory(prefix="layoutlab-task-") as workdir:
-        request_path = os.path.join(workdir, "request.json")
-        result_path = os.path.join(workdir, "result.json")
-        output_path = os.path.join(workdir, "output.txt")
-        with open(request_path, "w") as fh:
-            json.dump({"target": target, "payload": payload, "cpu": cpu, "memory_mb": memory_mb,
-                       "result_path": result_path}, fh)
+        request_path, result_path, output_path = write_request(workdir, target, payload, cpu, memory_mb)
         started = time.perf_counter()
         process = context.Process(target=_forked_child, args=(request_path, output_path, dict(env or {})))
         process.start()

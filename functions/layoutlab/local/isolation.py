@@ -85,6 +85,17 @@ def _default_cpu() -> int:
     return core_split()[1]
 
 
+def write_request(workdir: str, target: str, payload: object, cpu, memory_mb) -> tuple[str, str, str]:
+    """Write a task's request into ``workdir``; returns (request, result, output) paths."""
+    request_path = os.path.join(workdir, "request.json")
+    result_path = os.path.join(workdir, "result.json")
+    output_path = os.path.join(workdir, "output.txt")
+    with open(request_path, "w") as fh:
+        json.dump({"target": target, "payload": payload, "cpu": cpu, "memory_mb": memory_mb,
+                   "result_path": result_path}, fh)
+    return request_path, result_path, output_path
+
+
 def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = -1,
                  env: dict[str, str] | None = None, timeout: float | None = None,
                  on_output=None) -> IsolatedResult:
@@ -100,12 +111,7 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
     child_env = dict(os.environ)
     child_env.update(env or {})
     with tempfile.TemporaryDirectory(prefix="layoutlab-task-") as workdir:
-        request_path = os.path.join(workdir, "request.json")
-        result_path = os.path.join(workdir, "result.json")
-        output_path = os.path.join(workdir, "output.txt")
-        with open(request_path, "w") as fh:
-            json.dump({"target": target, "payload": payload, "cpu": cpu, "memory_mb": memory_mb,
-                       "result_path": result_path}, fh)
+        request_path, result_path, output_path = write_request(workdir, target, payload, cpu, memory_mb)
         started = time.perf_counter()
         with open(output_path, "wb") as output:
             process = subprocess.Popen([sys.executable, "-m", "layoutlab.local.isolation", request_path],
