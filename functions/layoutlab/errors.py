@@ -19,3 +19,32 @@ class BadInputFile(UserError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):  # picklable with its two arguments (layoutlab.guard sends it between processes)
+        return (type(self), (self.path, self.reason))
+
+
+# What h5py raises while reading a damaged file: OSError for most HDF5 library
+# errors, but also ValueError ("cannot fit 'int' into an offset-sized integer"
+# from the file-object driver on a corrupt superblock), KeyError / RuntimeError
+# for broken links and object headers, OverflowError for absurd sizes (found by
+# tests/unit/test_hdf5_fuzz.py). Callers that read a file the user supplied turn
+# these into a ``BadInputFile`` naming the file; the exception type stays in the
+# message so a genuine bug is not hidden behind "damaged".
+DAMAGED_HDF5_ERRORS = (OSError, ValueError, KeyError, RuntimeError, OverflowError)
+
+
+def damaged_reason(error: BaseException) -> str:
+    """One line for a read error on a damaged file: ``Type: first line of the message``."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else 'no detail'}"
+
+
+def raised_by_h5py(error: BaseException) -> bool:
+    """True when ``error`` was raised inside h5py (the HDF5 library reading the file), not by our code."""
+    tb = error.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and "h5py" in last.tb_frame.f_code.co_filename

@@ -96,8 +96,13 @@ def test_lambda_tasks_retry_service_errors_with_backoff(asl):
         retries = state.get("Retry", [])
         covered = {error for retry in retries for error in retry["ErrorEquals"] if retry.get("BackoffRate", 1) > 1}
         assert LAMBDA_SERVICE_ERRORS <= covered, f"{name} does not retry {LAMBDA_SERVICE_ERRORS - covered}"
-        # A bench case that times out or runs out of memory is a result, not something to retry.
-        assert not any("States.ALL" in r["ErrorEquals"] or "States.Timeout" in r["ErrorEquals"] for r in retries), name
+        # Never retry everything. A task killed by its timeout or memory limit gets one more
+        # attempt (the kill may come from the environment: a slow S3 moment, a noisy
+        # neighbour); a second kill is the case's result, caught and recorded (issue #8).
+        assert not any("States.ALL" in r["ErrorEquals"] for r in retries), name
+        for retry in retries:
+            if {"States.Timeout", "MemoryError"} & set(retry["ErrorEquals"]):
+                assert retry["MaxAttempts"] == 1 and name.rsplit("/", 1)[-1].startswith("Bench"), name
 
 
 def test_every_top_level_stage_is_caught_recorded_and_fails(asl):

@@ -153,3 +153,69 @@ def test_every_record_of_one_event_is_ingested(cloud, tmp_path):
     outcomes = ingest(cloud, {"Records": records})
     assert [o.status for o in outcomes] == ["started"] * 3
     assert len(executions(cloud)) == 3
+
+
+# -- ordering: an older version's event arriving late changes nothing ---------------------
+def put_in_order(cloud, key, body, sequencer):
+    """Upload ``body`` as a new version of ``key``; its event with ``sequencer`` (S3's per-key write order)."""
+    s3 = cloud[0]
+    response = s3.put_object(Bucket="ingest", Key=key, Body=body)
+    return events.s3_notification("ingest", key, version_id=response["VersionId"], etag=response["ETag"].strip('"'),
+                                  size=len(body), sequencer=sequencer)
+
+
+@pytest.mark.parametrize("older, newer", [("0A", "0B"), ("FF", "0100"), ("9", "0A"), ("00000000000000009", "A")])
+def test_sequencers_compare_as_hex_numbers_of_equal_length(older, newer):
+    from layoutlab.results.store import sequencer_order
+
+    assert sequencer_order(older) < sequencer_order(newer)
+    assert sequencer_order(newer.lower()) == sequencer_order(newer)
+
+
+@pytest.mark.parametrize("bad", ["", "xyz", "0x1F", "1" * 65])
+def test_a_value_that_is_not_a_sequencer_is_refused(bad):
+    from layoutlab.results.store import sequencer_order
+
+    with pytest.raises(ValueError, match="not an S3 sequencer"):
+        sequencer_order(bad)
+
+
+def test_an_older_version_arriving_after_a_newer_one_starts_nothing(cloud, tmp_path):
+    s3, sfn, store, settings = cloud
+    # "FF" < "0100" as numbers, though not as strings: the comparison must pad
+    old_event = put_in_order(cloud, "incoming/o.h5", hdf5_bytes(tmp_path, "a.h5"), "FF")
+    new_event = put_in_order(cloud, "incoming/o.h5", hdf5_bytes(tmp_path, "b.h5") + b"\0", "0100")
+    [new] = ingest(cloud, new_event)
+    [old] = ingest(cloud, old_event)
+    assert new.status == "started"
+    assert old.status == "stale" and "older than the current version" in old.reason and "s3://ingest/incoming/o.h5" in old.reason
+    assert [e["name"] for e in executions(cloud)] == [new.execution_name]
+    assert store.items(dataset=old.dataset_id) == []  # no RUN, no FAILURE: the late event changed nothing
+    current = store.current_version("ingest", "incoming/o.h5")
+    assert current["dataset"] == new.dataset_id and current["sequencer"] == "0100"
+    assert current["version_id"] == new_event["Records"][0]["s3"]["object"]["versionId"]
+
+
+def test_versions_arriving_in_order_each_start_and_the_last_is_current(cloud, tmp_path):
+    s3, sfn, store, settings = cloud
+    first = ingest(cloud, put_in_order(cloud, "incoming/n.h5", hdf5_bytes(tmp_path, "a.h5"), "0A"))[0]
+    second = ingest(cloud, put_in_order(cloud, "incoming/n.h5", hdf5_bytes(tmp_path, "b.h5") + b"\0", "0B"))[0]
+    assert first.status == second.status == "started" and first.dataset_id != second.dataset_id
+    assert len(executions(cloud)) == 2
+    assert store.current_version("ingest", "incoming/n.h5")["dataset"] == second.dataset_id
+    # each version keeps its own RUN item, labelled with its version id
+    versions = {store.items(dataset=d, kind="RUN")[0]["source"]["version_id"] for d in (first.dataset_id, second.dataset_id)}
+    assert len(versions) == 2
+
+
+def test_a_retried_event_of_the_current_version_is_a_duplicate_not_stale(cloud, tmp_path):
+    event = put_in_order(cloud, "incoming/r.h5", hdf5_bytes(tmp_path), "1F")
+    statuses = [ingest(cloud, event)[0].status for _ in range(3)]
+    assert statuses == ["started", "duplicate", "duplicate"]
+    assert len(executions(cloud)) == 1
+
+
+def test_an_event_without_a_sequencer_is_processed_unordered(cloud, tmp_path):
+    [outcome] = ingest(cloud, put(cloud[0], "incoming/u.h5", hdf5_bytes(tmp_path)))
+    assert outcome.status == "started"
+    assert cloud[2].current_version("ingest", "incoming/u.h5") is None

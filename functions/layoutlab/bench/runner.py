@@ -171,12 +171,19 @@ def run_case(case: dict) -> dict:
                           get_requests=s3["get_requests"] - s0["get_requests"],
                           head_requests=s3["head_requests"] - s0["head_requests"],
                           bytes_transferred=s3["bytes_out"] - s0["bytes_out"])
+            if "faults" in s3:  # every request answered 503 or reset was sent again by the reader
+                seen = {kind: s3["faults"][kind] - s0["faults"][kind] for kind in ("slowdown", "reset", "slow")}
+                record.update(faults_seen=seen, retries=seen["slowdown"] + seen["reset"])
         return derive_rates(record)
     except UserError as error:
         message = str(error)
         return error_record(message if identity["target"] in message else f"{identity['target']}: {message}", **base)
     except FileNotFoundError as error:
         return error_record(f"{identity['target']}: not found ({error})", **base)
+    except MemoryError:
+        # Not the target's fault: the task is over its memory limit. Let it end the task, as
+        # Lambda's out-of-memory kill does, so the state machine retries it and then records it.
+        raise
     except Exception as error:  # a bad target must give a record, not a traceback; keep the type for debugging
         return error_record(f"{identity['target']}: {type(error).__name__}: {error}", **base)
     finally:

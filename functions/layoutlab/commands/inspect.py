@@ -43,6 +43,8 @@ def run(args) -> int:
         page_size = parse_size(args.page_size)
     except ValueError as error:
         raise UserError(f"--page-size: {error}") from None
-    report = inspect_file(args.file, page_size=page_size)
+    from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
+
+    report = run_guarded(inspect_file, args.file, path=args.file, page_size=page_size)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

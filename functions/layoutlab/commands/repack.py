@@ -53,6 +53,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from layoutlab.convert.repack_hdf5 import parse_chunk_spec, parse_size, repack
     from layoutlab.errors import UserError
+    from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
 
     try:
         page_size = parse_size(args.page_size)
@@ -62,18 +63,19 @@ def run(args) -> int:
         raise UserError(str(error)) from None
     from pathlib import Path
 
-    from layoutlab.convert.repack_hdf5 import check_input
+    from layoutlab.convert.repack_hdf5 import check_input, partial_output_remover
 
     check_input(args.input)  # bad input: one line, before any progress bar is drawn
     total = Path(args.input).stat().st_size
-    options = dict(page_size=page_size, target_chunk_bytes=target, chunks=chunks, verify=args.verify)
+    options = dict(page_size=page_size, target_chunk_bytes=target, chunks=chunks, verify=args.verify,
+                   path=args.input, cleanup=partial_output_remover(args.output))
     if not sys.stderr.isatty():  # no bar in logs and CI (and no tqdm import: ~40 ms of start-up)
-        summary = repack(args.input, args.output, **options)
+        summary = run_guarded(repack, args.input, args.output, **options)
     else:
         from tqdm import tqdm
 
         with tqdm(total=total, unit="B", unit_scale=True, desc="repack", leave=False, dynamic_ncols=True) as bar:
-            summary = repack(args.input, args.output, progress=bar.update, **options)
+            summary = run_guarded(repack, args.input, args.output, progress=bar.update, **options)
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0

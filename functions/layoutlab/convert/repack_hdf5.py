@@ -30,7 +30,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from layoutlab.errors import BadInputFile, UserError
+from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, is_netcdf4
 
 MiB = 1 << 20
@@ -127,13 +127,25 @@ def check_input(path: str | os.PathLike) -> None:
     try:
         with h5py.File(path, "r"):
             pass
-    except OSError as error:
+    except DAMAGED_HDF5_ERRORS as error:
         raise BadInputFile(path, f"HDF5 signature found but the file cannot be opened (truncated or damaged): "
-                                 f"{_first_line(error)}") from None
+                                 f"{damaged_reason(error)}") from None
 
 
 def _first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def partial_output(out_path: Path, pid: int) -> Path:
+    """Where process ``pid`` writes OUT before renaming it into place."""
+    return out_path.with_name(f".{out_path.name}.partial-{pid}")
+
+
+def partial_output_remover(out):
+    """``cleanup(pid)`` for layoutlab.guard: a repack process that was stopped leaves no partial file."""
+    def remove(pid: int) -> None:
+        partial_output(Path(out), pid).unlink(missing_ok=True)
+    return remove
 
 
 def repack(
@@ -167,7 +179,7 @@ def repack(
         raise UserError(f"{out_path}: output would overwrite the input")
     summary = RepackSummary(input=str(in_path), output=str(out_path), page_size=page_size,
                             input_bytes=in_path.stat().st_size)
-    tmp = out_path.with_name(f".{out_path.name}.partial-{os.getpid()}")
+    tmp = partial_output(out_path, os.getpid())
     started = time.perf_counter()
     try:
         with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary, progress) as job:
@@ -185,8 +197,12 @@ def repack(
                                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
             summary.verified = True
         os.replace(tmp, out_path)
-    except OSError as error:
-        raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {_first_line(error)}") from None
+    except DAMAGED_HDF5_ERRORS as error:
+        # While copying, only what HDF5 (through h5py) raises for unreadable bytes is the file's
+        # fault; the same exception types raised by our own code (or a full disk) propagate.
+        if not (isinstance(error, OSError) or raised_by_h5py(error)):
+            raise
+        raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {damaged_reason(error)}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layoutlab.errors import BadInputFile
+from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason
 from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, sniff_bytes
 from layoutlab.storage import S3Location, is_s3_url, s3fs_filesystem
 
@@ -42,7 +42,7 @@ def _open_bytes(location: str):
     """(file object, size) for a local path or an s3:// URL."""
     if is_s3_url(location):
         S3Location.parse(location)
-        fs = s3fs_filesystem()
+        fs = s3fs_filesystem(for_url=location)
         try:
             size = fs.size(location)
         except FileNotFoundError:
@@ -77,9 +77,9 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
         try:
             with h5py.File(stream, "r") as f:
                 details = _inspect_hdf5(f, size, page_size)
-        except OSError as error:
+        except DAMAGED_HDF5_ERRORS as error:
             raise BadInputFile(location, f"HDF5 signature found but the file cannot be read (truncated or damaged): "
-                                         f"{str(error).strip().splitlines()[0]}") from None
+                                         f"{damaged_reason(error)}") from None
     if details.pop("netcdf4_markers") and report["format"] == "hdf5":
         report["format"] = "netcdf4"
     report["hdf5"] = details

@@ -157,6 +157,11 @@ class LocalCloud:
     def client_stats(self, client_id: str = "default") -> dict:
         return _http_json("GET", f"{self.control_url}/clients/{client_id}")
 
+    def set_faults(self, **settings) -> dict:
+        """Faults of the default client and of every client opened from now on (see ``proxy.Faults``);
+        no arguments turns them off."""
+        return _http_json("POST", f"{self.control_url}/faults", settings)
+
     def close_client(self, client_id: str) -> dict:
         return _http_json("DELETE", f"{self.control_url}/clients/{client_id}")
 

@@ -36,7 +36,30 @@ FUNCTIONS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure"
 # Locally the bench cases of one dataset run one at a time: they share the measured core.
 MAX_CONCURRENCY = {"convert": 1, "work_units": 1, "bench": 1}
 PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
+TASK_LOG_ENV = "LAYOUTLAB_TASK_LOG"
 TASK_TIMEOUT_S = {"ingest": 120, "plan": 300, "convert": 900, "bench": 300, "summarize": 120, "record_failure": 60}
+# The local counterpart of a Lambda function's configured timeout: JSON like {"bench": 30},
+# read by the local cloud server when it starts.
+TASK_TIMEOUT_ENV = "LAYOUTLAB_TASK_TIMEOUT_S"
+LAMBDA_TIMEOUT_ERROR = "Sandbox.Timedout"
+
+
+def task_timeouts(environ=None) -> dict[str, float]:
+    """``TASK_TIMEOUT_S`` with the overrides of ``LAYOUTLAB_TASK_TIMEOUT_S``; a clear error for bad ones."""
+    environ = os.environ if environ is None else environ
+    timeouts = dict(TASK_TIMEOUT_S)
+    text = environ.get(TASK_TIMEOUT_ENV)
+    if text:
+        try:
+            overrides = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"{TASK_TIMEOUT_ENV}={text!r} is not JSON ({error})") from None
+        for name, seconds in (overrides.items() if isinstance(overrides, dict) else [(None, None)]):
+            if name not in TASK_TIMEOUT_S or not isinstance(seconds, (int, float)) or seconds <= 0:
+                raise ValueError(f"{TASK_TIMEOUT_ENV}={text!r}: expected {{task: seconds > 0}} with task one of "
+                                 f"{', '.join(TASK_TIMEOUT_S)}")
+            timeouts[name] = float(seconds)
+    return timeouts
 
 
 def function_name(name: str) -> str:
@@ -154,9 +177,19 @@ class Dispatcher:
 
         self.env = task_environment(moto_endpoint, proxy_control)
         self.cpu = cpu
+        self.timeouts = task_timeouts()
         self._one_at_a_time = threading.Lock()
         self._cloudwatch = None
         self._moto_endpoint = moto_endpoint
+        # In AWS a task's stdout/stderr goes to CloudWatch Logs; locally it is kept only when
+        # LAYOUTLAB_TASK_LOG names a file (appended to), e.g. to read or scan the tasks' logs.
+        self._task_log = os.environ.get(TASK_LOG_ENV)
+
+    def _task_output(self, printed: bytes) -> None:
+        if self._task_log and printed:
+            with open(self._task_log, "ab") as log:  # one append per task: tasks' lines never interleave
+                log.write(printed if printed.endswith(b"\n") else printed + b"\n")
+        self._forward_metrics(printed)
 
     def _forward_metrics(self, printed: bytes) -> None:
         """Tasks print their metrics as EMF; in AWS Lambda delivers them, here we do."""
@@ -189,7 +222,7 @@ class Dispatcher:
             outcome = runner(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
                              env={**self.env, "LAYOUTLAB_PLATFORM": platform, "LAYOUTLAB_TASK_PROCESS": mode,
                                   **(env or {})},
-                             timeout=timeout, on_output=self._forward_metrics)
+                             timeout=timeout, on_output=self._task_output)
         LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
                  request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
                  time.perf_counter() - started, outcome.process_wall_s)
@@ -205,8 +238,15 @@ class Dispatcher:
         name = function.removeprefix(PREFIX + "-").replace("-", "_")
         if name not in FUNCTIONS:
             raise sfn_adapter.TaskFailed("Lambda.ResourceNotFoundException", f"no local function {function!r}")
-        return self._run("layoutlab.local.dispatch:call_handler", {"function": name, "event": event},
-                         _platform_for(name, event), TASK_TIMEOUT_S[name])
+        try:
+            return self._run("layoutlab.local.dispatch:call_handler", {"function": name, "event": event},
+                             _platform_for(name, event), self.timeouts[name])
+        except sfn_adapter.TaskFailed as failure:
+            if failure.error == "States.Timeout":
+                # What lambda:invoke reports when the function hits its own timeout; a function
+                # error may not carry a States.* name (moto's interpreter refuses it, as AWS does).
+                raise sfn_adapter.TaskFailed(LAMBDA_TIMEOUT_ERROR, failure.cause) from None
+            raise
 
     def run_task(self, parameters: dict) -> None:
         definition = str(parameters.get("TaskDefinition", ""))
@@ -217,7 +257,7 @@ class Dispatcher:
         env = {e["Name"]: e["Value"] for e in overrides[0].get("Environment", [])}
         payload = json.loads(env.get("LAYOUTLAB_TASK_PAYLOAD", "{}"))
         platform = payload.get("platform", "local-fargate") if kind == "bench" else "local-fargate"
-        self._run("layoutlab.local.dispatch:call_task", {"kind": kind}, platform, TASK_TIMEOUT_S[kind], env=env)
+        self._run("layoutlab.local.dispatch:call_task", {"kind": kind}, platform, self.timeouts[kind], env=env)
 
 
 def install(moto_endpoint: str, proxy_control: str | None, cpu: int | None) -> Dispatcher:

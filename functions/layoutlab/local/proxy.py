@@ -13,6 +13,14 @@ which every S3 client supports (a User-Agent tag would not be: ros3 sets none).
 Control paths (``/_layoutlab/...``) are never counted: an S3 bucket name
 cannot start with ``_``.
 
+Faults (issue #8): a client may also answer a seeded share of its S3 requests
+with ``503 SlowDown`` (S3's XML error body, the request not forwarded), reset
+the connection without an answer, or answer late. ``POST /_layoutlab/faults``
+sets the faults of the default client and of every client opened afterwards;
+``POST /_layoutlab/clients`` accepts ``"faults"`` for one client. Each client
+draws from its own ``random.Random(f"{seed}:{client id}")``: the n-th request of
+a client meets the same fate in every run. Counters: ``faults`` in the stats.
+
 Written by hand because no maintained Python library emulates S3 latency and
 bandwidth with per-client accounting (toxiproxy would need a Go binary and
 still not count S3 requests); aiohttp (already a dependency of s3fs) does the
@@ -23,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
@@ -44,6 +53,37 @@ HOP_BY_HOP = {
     "transfer-encoding", "upgrade", "content-length", "host",
 }
 SEND_CHUNK = 256 * 1024
+SLOWDOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                 b'<Message>Please reduce your request rate.</Message><RequestId>layoutlab-proxy</RequestId></Error>')
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Shares of requests answered 503 SlowDown / reset / slowed by ``slow_ms``; seeded."""
+
+    slowdown_rate: float = 0.0
+    reset_rate: float = 0.0
+    slow_rate: float = 0.0
+    slow_ms: float = 0.0
+    seed: int = 0
+
+    @classmethod
+    def from_spec(cls, spec: dict | None) -> "Faults":
+        spec = dict(spec or {})
+        unknown = set(spec) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown fault setting(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        faults = cls(**{k: (int(v) if k == "seed" else float(v)) for k, v in spec.items()})
+        rates = (faults.slowdown_rate, faults.reset_rate, faults.slow_rate)
+        if any(not 0 <= r <= 1 for r in rates) or sum(rates[:2]) > 1 or faults.slow_ms < 0:
+            raise ValueError("fault rates must be 0..1 (slowdown_rate + reset_rate <= 1) and slow_ms >= 0")
+        return faults
+
+    def active(self) -> bool:
+        return bool(self.slowdown_rate or self.reset_rate or (self.slow_rate and self.slow_ms))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
@@ -56,6 +96,24 @@ class Client:
     bytes_out: int = 0
     bytes_in: int = 0
     site: web.TCPSite | None = None
+    faults: Faults = field(default_factory=Faults)
+    fault_counts: dict = field(default_factory=dict)
+    _draws: random.Random | None = None
+
+    def fate(self) -> tuple[str | None, float]:
+        """What happens to the next request: (None | "slowdown" | "reset", extra delay in s)."""
+        if not self.faults.active():
+            return None, 0.0
+        if self._draws is None:
+            self._draws = random.Random(f"{self.faults.seed}:{self.id}")
+        draw, slow = self._draws.random(), self._draws.random()
+        kind = ("slowdown" if draw < self.faults.slowdown_rate
+                else "reset" if draw < self.faults.slowdown_rate + self.faults.reset_rate else None)
+        delay = self.faults.slow_ms / 1000.0 if slow < self.faults.slow_rate else 0.0
+        for name, happened in (("slowdown", kind == "slowdown"), ("reset", kind == "reset"), ("slow", delay > 0)):
+            if happened:
+                self.fault_counts[name] = self.fault_counts.get(name, 0) + 1
+        return kind, delay
 
     def stats(self) -> dict:
         get = self.counts.get("GET", 0)
@@ -71,9 +129,12 @@ class Client:
             "by_method": dict(self.counts),
             "bytes_out": self.bytes_out,
             "bytes_in": self.bytes_in,
+            "faults": {"slowdown": 0, "reset": 0, "slow": 0, **self.fault_counts},
+            "fault_settings": self.faults.to_dict(),
         }
 
     def reset(self) -> None:
+        self.fault_counts.clear()
         self.counts.clear()
         self.bytes_out = 0
         self.bytes_in = 0
@@ -89,6 +150,7 @@ class S3Proxy:
         self.port = port
         self.defaults = {"latency_ms": float(latency_ms), "bandwidth_mbps": float(bandwidth_mbps)}
         self.clients: dict[str, Client] = {}
+        self.default_faults = Faults()
         self._by_port: dict[int, Client] = {}
         self._ids = itertools.count(1)
         self._session: ClientSession | None = None
@@ -131,6 +193,15 @@ class S3Proxy:
         body = await request.read()
         client.counts[request.method] = client.counts.get(request.method, 0) + 1
         client.bytes_in += len(body)
+        fault, delay = client.fate()
+        if delay:
+            await asyncio.sleep(delay)
+        if fault == "reset":
+            request.transport.abort()  # the client sees the connection reset, no answer
+            return web.Response(status=500)  # never sent: the transport is gone
+        if fault == "slowdown":  # a HEAD answer carries no body (S3 sends the status alone)
+            return web.Response(status=503, body=None if request.method == "HEAD" else SLOWDOWN_BODY,
+                                content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Host"] = request.headers.get("Host", f"{self.host}:{local_port}")
         async with self._session.request(
@@ -183,9 +254,22 @@ class S3Proxy:
             bandwidth = float(spec.get("bandwidth_mbps", self.defaults["bandwidth_mbps"]))
             if latency < 0 or bandwidth < 0:
                 return web.json_response({"error": "latency_ms and bandwidth_mbps must be >= 0"}, status=400)
-            client = Client(f"{spec.get('name', 'client')}-{next(self._ids)}", latency, bandwidth)
+            try:
+                faults = Faults.from_spec(spec["faults"]) if "faults" in spec else self.default_faults
+            except (TypeError, ValueError) as error:
+                return web.json_response({"error": str(error)}, status=400)
+            client = Client(f"{spec.get('name', 'client')}-{next(self._ids)}", latency, bandwidth, faults=faults)
             await self._listen(client)
             return web.json_response(client.stats(), status=201)
+        if parts == ["faults"] and request.method == "POST":
+            try:
+                faults = Faults.from_spec(await request.json() if request.can_read_body else {})
+            except (TypeError, ValueError) as error:
+                return web.json_response({"error": str(error)}, status=400)
+            self.default_faults = faults
+            default = self.clients["default"]
+            default.faults, default._draws = faults, None
+            return web.json_response(faults.to_dict())
         if len(parts) == 2 and parts[0] == "clients":
             client = self.clients.get(parts[1])
             if client is None:

@@ -135,7 +135,9 @@ def s3_notification(bucket: str, key: str, *, version_id=None, etag=None, size=0
     """
     from urllib.parse import quote_plus
 
-    obj = {"key": quote_plus(key, safe="/"), "size": size, "eTag": etag or "", "sequencer": sequencer or "0"}
+    obj = {"key": quote_plus(key, safe="/"), "size": size, "eTag": etag or ""}
+    if sequencer:
+        obj["sequencer"] = sequencer
     if version_id:
         obj["versionId"] = version_id
     return {
@@ -162,7 +164,9 @@ def eventbridge_object_created(bucket: str, key: str, *, version_id=None, etag=N
     """The EventBridge "Object Created" event AWS sends for one PUT (what the deployed rule delivers)."""
     import uuid
 
-    obj = {"key": key, "size": size, "etag": etag or "", "sequencer": sequencer or "0"}
+    obj = {"key": key, "size": size, "etag": etag or ""}
+    if sequencer:
+        obj["sequencer"] = sequencer
     if version_id:
         obj["version-id"] = version_id
     return {

@@ -7,6 +7,15 @@ validate) with a FAILURE item that names the key and the reason; otherwise
 start the pipeline with an execution name derived from the object version, so
 a duplicate or retried event starts nothing new. Nothing is ever written to
 the ingest bucket.
+
+Events can arrive out of order: S3 and EventBridge promise neither order nor
+single delivery. Each event carries the object's ``sequencer``, which grows
+with every write to a key, so before anything starts, ingest records the
+version as the key's current one with a conditional write (see
+``ResultsStore.claim_current_version``). An event for a version older than the
+current one is "stale": it starts nothing, writes nothing, and the newer
+version stays current. Each version's results stay under its own dataset id,
+whose RUN item names the version.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ class IngestSettings:
 @dataclass
 class IngestOutcome:
     key: str
-    status: str  # started | duplicate | rejected | ignored
+    status: str  # started | duplicate | stale | rejected | ignored
     dataset_id: str | None = None
     execution_name: str | None = None
     reason: str | None = None
@@ -112,6 +121,20 @@ def _plan_for(s3, ref: ObjectRef, metadata: dict) -> dict:
         raise Rejected(str(error)) from None
 
 
+def _claim_current_version(store, ref: ObjectRef, dataset_id: str) -> dict | None:
+    """None when ``ref`` is (now) the key's current version; else the newer current version."""
+    if not ref.sequencer:
+        # AWS always sends one; without it the order is unknown, so the version is processed.
+        LOG.warning("%s: event carries no sequencer; processed without the ordering check", ref.url)
+        return None
+    try:
+        return store.claim_current_version(ref.bucket, ref.key, ref.sequencer, dataset_id,
+                                           version_id=ref.version_id, etag=ref.etag, event_time=ref.event_time)
+    except ValueError as error:
+        LOG.warning("%s: %s; processed without the ordering check", ref.url, error)
+        return None
+
+
 def execution_input(ref: ObjectRef, dataset_id: str, source_format: str, plan: dict, settings: IngestSettings) -> dict:
     """The pipeline's execution input (see stepfunctions/README.md)."""
     return {
@@ -130,6 +153,13 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
     try:
         ref, head = _head(s3, ref)
         dataset_id = identity.dataset_id(ref)
+        newer = _claim_current_version(store, ref, dataset_id)
+        if newer is not None:
+            reason = (f"{ref.url}: version {ref.version_id or ref.etag} (sequencer {ref.sequencer}) is older than the "
+                      f"current version {newer.get('version_id') or newer.get('etag')} (sequencer "
+                      f"{newer.get('sequencer')}, dataset {newer.get('dataset')}); nothing started")
+            LOG.info("stale event: %s", reason)
+            return IngestOutcome(key=ref.key, status="stale", dataset_id=dataset_id, reason=reason)
         source_format = _check_content(s3, ref, settings.max_bytes)
         plan = _plan_for(s3, ref, head.get("Metadata", {}))
     except Rejected as rejection:

@@ -4,6 +4,9 @@ Keys (strings):
   pk = ``DATASET#<dataset_id>``
   sk = ``RUN`` | ``VARIANT#<variant>`` | ``RESULT#<variant>#<pattern>#<reader>#<platform>#<rep>``
        | ``SUMMARY`` | ``FAILURE#<stage>#<detail>``
+  and one item per uploaded key: pk = ``OBJECT#<bucket>/<key>``, sk = ``CURRENT`` —
+       the key's current version (the one with the latest S3 ``sequencer`` seen),
+       so an older version's event arriving late cannot start anything.
   GSI ``by-pattern`` (sparse: RESULT items only): pattern_pk = ``PATTERN#<pattern>``,
        pattern_sk = ``<variant>#<reader>#<platform>#<dataset>#<rep>`` — one pattern
        compared across datasets, variants, readers and platforms in one query.
@@ -25,13 +28,32 @@ from typing import Iterable, Iterator
 from layoutlab.storage import aws_region
 
 PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "pattern_pk", "pattern_sk"
-KINDS = ("RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE")
+KINDS = ("RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE", "OBJECT")
 TABLE_ENV = "LAYOUTLAB_RESULTS_TABLE"
 DEFAULT_TABLE = "layoutlab-results"
 
 
 def dataset_pk(dataset_id: str) -> str:
     return f"DATASET#{dataset_id}"
+
+
+def object_pk(bucket: str, key: str) -> str:
+    return f"OBJECT#{bucket}/{key}"
+
+
+# S3 sequencers are hexadecimal strings whose length may differ between events; AWS
+# says to compare them as hex after left-padding the shorter with zeros. 64 digits
+# leaves room to spare (S3 sends 16-18), so padded strings sort like the numbers.
+SEQUENCER_DIGITS = 64
+
+
+def sequencer_order(sequencer: str) -> str:
+    """``sequencer`` left-padded with zeros to a fixed width, upper case: compares as a string
+    the way the hex numbers compare. Raises ValueError for a value that is not hex."""
+    text = str(sequencer).strip().upper()
+    if not text or len(text) > SEQUENCER_DIGITS or any(c not in "0123456789ABCDEF" for c in text):
+        raise ValueError(f"not an S3 sequencer (hex digits, at most {SEQUENCER_DIGITS}): {sequencer!r}")
+    return text.rjust(SEQUENCER_DIGITS, "0")
 
 
 def result_sort_key(record: dict) -> str:
@@ -138,6 +160,39 @@ class ResultsStore:
             ExpressionAttributeNames=names, ExpressionAttributeValues=values,
         )
 
+    def claim_current_version(self, bucket: str, key: str, sequencer: str, dataset_id: str,
+                              **fields) -> dict | None:
+        """Make ``dataset_id`` the key's current version unless a later one is already current.
+
+        One conditional write: it succeeds when the key has no current version, when
+        ``sequencer`` is later than the current one's, or when it names the same
+        version again (a retry). Returns None when claimed, else the current item
+        (the later version), which is left untouched.
+        """
+        order = sequencer_order(sequencer)
+        item = {PK: object_pk(bucket, key), SK: "CURRENT", "kind": "OBJECT", "bucket": bucket, "key": key,
+                "dataset": dataset_id, "sequencer": sequencer, "sequencer_order": order, **fields}
+        try:
+            self.table.put_item(
+                Item=to_dynamo(item),
+                ConditionExpression="attribute_not_exists(pk) OR sequencer_order < :order "
+                                    "OR (sequencer_order = :order AND dataset = :dataset)",
+                ExpressionAttributeValues={":order": order, ":dataset": dataset_id},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except self.table.meta.client.exceptions.ConditionalCheckFailedException as error:
+            # The failed write answers with the item that stopped it (no GetItem permission needed).
+            from boto3.dynamodb.types import TypeDeserializer
+
+            current = error.response.get("Item") or {}
+            return from_dynamo({k: TypeDeserializer().deserialize(v) for k, v in current.items()})
+        return None
+
+    def current_version(self, bucket: str, key: str) -> dict | None:
+        """The key's current version item (``dataset``, ``version_id``, ``sequencer``), if any."""
+        item = self.table.get_item(Key={PK: object_pk(bucket, key), SK: "CURRENT"}).get("Item")
+        return from_dynamo(item) if item else None
+
     def put_variant(self, dataset_id: str, variant: str, **fields) -> dict:
         if "kind" in fields:
             raise ValueError("'kind' names the item kind; call the variant's kind 'variant_kind'")
@@ -145,6 +200,25 @@ class ResultsStore:
             {PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}", "kind": "VARIANT",
              "dataset": dataset_id, "variant": variant, **fields}
         )
+
+    def add_variant_work(self, dataset_id: str, variant: str, seconds: float, nbytes: int) -> None:
+        """Add one rechunk work unit's time and bytes to its variant's totals.
+
+        Units run in parallel tasks, so the totals are atomic ADDs on the VARIANT item; the
+        publish step reads them back and records the variant's conversion time from them.
+        """
+        self.table.update_item(
+            Key={PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}"},
+            UpdateExpression="ADD units_seconds :s, units_done :one, units_bytes :b "
+                             "SET #kind = :kind, dataset = :d, variant = :v",
+            ExpressionAttributeNames={"#kind": "kind"},
+            ExpressionAttributeValues={":s": to_dynamo(float(seconds)), ":one": 1, ":b": int(nbytes),
+                                       ":kind": "VARIANT", ":d": dataset_id, ":v": variant},
+        )
+
+    def get_variant(self, dataset_id: str, variant: str) -> dict | None:
+        item = self.table.get_item(Key={PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}"}).get("Item")
+        return from_dynamo(item) if item else None
 
     def put_result(self, record: dict) -> dict:
         """Store one bench record. The key is the case, so writing a case twice keeps one item."""

@@ -1,0 +1,152 @@
+"""Run work on a user's file so that a libhdf5 crash or endless loop becomes a clean error.
+
+Some damaged HDF5 files make the HDF5 library spin forever (the fuzzer in
+tests/unit/test_hdf5_fuzz.py found one: a vlen string attribute whose global
+heap was zeroed) or could kill the process with a signal. Neither can be caught
+in-process: the loop is in C and holds the GIL. So ``run_guarded`` runs the call
+in a forked child (imports are already done: a fork costs milliseconds) and
+watches it from the parent:
+
+- the child dies by a signal → ``BadInputFile`` naming the file and the signal;
+- the child spins: busy on the CPU for ``stall_seconds`` with not one byte read
+  or written (``/proc/<pid>/io``) → stopped, ``BadInputFile``. Real work on a
+  file reads or writes; a wait on the network sleeps (no CPU), so neither looks
+  like a spin.
+
+Written by hand because no library watches a child for this signature; the
+standard pieces used are ``os.fork``, ``select`` and ``pickle``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import time
+import traceback
+
+from layoutlab.errors import BadInputFile, UserError
+
+DEFAULT_STALL_SECONDS = float(os.environ.get("LAYOUTLAB_STALL_SECONDS", "60"))
+# A spinning child uses (nearly) all of a core; a child waiting on I/O or a lock does not.
+BUSY_SHARE = 0.8
+POLL_SECONDS = 0.5
+
+
+class GuardedCallFailed(RuntimeError):
+    """An unexpected exception in the child: its type, message and traceback, re-raised in the parent."""
+
+
+def _can_guard() -> bool:
+    return hasattr(os, "fork") and os.path.exists("/proc/self/io") and os.environ.get("LAYOUTLAB_NO_GUARD") != "1"
+
+
+def _io_and_cpu(pid: int) -> tuple[int, float] | None:
+    """(bytes read + written through syscalls, CPU seconds) of ``pid``; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            fields = dict(line.split(":") for line in f.read().splitlines())
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime (fields 14 and 15 of stat)
+    return int(fields["rchar"]) + int(fields["wchar"]), cpu
+
+
+def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None, **kwargs):
+    """``fn(*args, **kwargs)`` in a watched child; its result, or its exception, in the caller.
+
+    ``UserError`` keeps its message; other exceptions arrive as ``GuardedCallFailed``
+    with the child's traceback. Falls back to a plain call where there is no fork or
+    no /proc (or with LAYOUTLAB_NO_GUARD=1). ``cleanup(pid)`` runs when the child was
+    stopped or crashed, to remove what it left half-written.
+    """
+    if not _can_guard():
+        return fn(*args, **kwargs)
+    stall = DEFAULT_STALL_SECONDS if stall_seconds is None else float(stall_seconds)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: do the work, send one pickled answer, leave without cleanup handlers
+        os.close(read_end)
+        try:
+            try:
+                answer = ("ok", fn(*args, **kwargs))
+            except UserError as error:
+                answer = ("user_error", error)
+            except BaseException as error:  # sent to the parent, which re-raises it
+                answer = ("error", f"{type(error).__name__}: {error}", traceback.format_exc())
+            try:
+                payload = pickle.dumps(answer)
+            except Exception as error:  # an unpicklable answer: keep its text
+                text = str(answer[1]) if answer[0] == "user_error" else f"unpicklable result: {error}"
+                payload = pickle.dumps(("user_error", UserError(text)) if answer[0] == "user_error"
+                                       else ("error", text, ""))
+            with os.fdopen(write_end, "wb") as out:
+                out.write(payload)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    return _watch(pid, read_end, path, stall, cleanup)
+
+
+def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
+    data = bytearray()
+    last = _io_and_cpu(pid)
+    quiet_since, cpu_at_quiet = time.monotonic(), last[1] if last else 0.0
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], POLL_SECONDS)
+            if ready:
+                chunk = os.read(read_end, 1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+                continue
+            now_reading = _io_and_cpu(pid)
+            if now_reading is None:
+                continue
+            if last is None or now_reading[0] != last[0]:
+                quiet_since, cpu_at_quiet = time.monotonic(), now_reading[1]
+            last = now_reading
+            quiet = time.monotonic() - quiet_since
+            if quiet >= stall and (now_reading[1] - cpu_at_quiet) >= BUSY_SHARE * quiet:
+                os.kill(pid, signal.SIGKILL)
+                raise BadInputFile(path, f"the HDF5 library spun for {quiet:.0f} s without reading or writing a "
+                                         "byte and was stopped; the file's metadata is probably damaged")
+    except BaseException:
+        _reap(pid, kill=True)
+        if cleanup is not None:
+            cleanup(pid)
+        raise
+    finally:
+        os.close(read_end)
+    status = _reap(pid, kill=False)
+    if os.WIFSIGNALED(status):
+        if cleanup is not None:
+            cleanup(pid)
+        name = signal.Signals(os.WTERMSIG(status)).name
+        raise BadInputFile(path, f"the HDF5 library crashed reading it ({name}); the file is probably damaged")
+    if not data:
+        raise GuardedCallFailed(f"{path}: the worker process ended without an answer (exit status "
+                                f"{os.WEXITSTATUS(status)})")
+    answer = pickle.loads(bytes(data))
+    if answer[0] == "ok":
+        return answer[1]
+    if answer[0] == "user_error":
+        raise answer[1]
+    raise GuardedCallFailed(f"{answer[1]}\n--- in the worker process ---\n{answer[2]}")
+
+
+def _reap(pid: int, *, kill: bool) -> int:
+    if kill:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0

@@ -1,0 +1,66 @@
+"""The guard the inspect and repack commands run under: libhdf5 spins and crashes become clean errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from layoutlab.errors import BadInputFile
+from layoutlab.guard import GuardedCallFailed, run_guarded
+
+
+def spin():
+    while True:
+        pass
+
+
+def crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def sleep_then_answer(seconds):
+    time.sleep(seconds)  # waiting (on the network, say) uses no CPU: not a spin
+    return {"slept": seconds}
+
+
+def reject(path):
+    raise BadInputFile(path, "is not HDF5")
+
+
+def fail():
+    raise ValueError("a bug")
+
+
+def test_a_spinning_call_is_stopped_and_named(tmp_path):
+    removed = []
+    with pytest.raises(BadInputFile, match=r"^f\.h5: the HDF5 library spun for 1 s") as raised:
+        run_guarded(spin, path="f.h5", stall_seconds=1, cleanup=removed.append)
+    assert raised.value.path == "f.h5" and len(removed) == 1
+
+
+def test_a_crash_by_signal_is_a_clean_error():
+    with pytest.raises(BadInputFile, match="crashed reading it .SIGSEGV."):
+        run_guarded(crash, path="f.h5")
+
+
+def test_a_slow_call_that_waits_is_not_stopped_and_its_result_comes_back():
+    assert run_guarded(sleep_then_answer, 1.5, path="f.h5", stall_seconds=0.5) == {"slept": 1.5}
+
+
+def test_errors_keep_their_meaning():
+    with pytest.raises(BadInputFile) as raised:
+        run_guarded(reject, "x.h5", path="x.h5")
+    assert (raised.value.path, raised.value.reason) == ("x.h5", "is not HDF5")
+    with pytest.raises(GuardedCallFailed, match=r"ValueError: a bug(.|\n)*in the worker process"):
+        run_guarded(fail, path="x.h5")
+
+
+def test_without_the_guard_the_call_runs_in_process(monkeypatch):
+    monkeypatch.setenv("LAYOUTLAB_NO_GUARD", "1")
+    assert run_guarded(os.getpid, path="x") == os.getpid()
+    assert run_guarded(os.getpid, path="x") == os.getpid()
+    monkeypatch.delenv("LAYOUTLAB_NO_GUARD")
+    assert run_guarded(os.getpid, path="x") != os.getpid()
