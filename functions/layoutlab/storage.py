@@ -17,21 +17,40 @@ def is_s3_url(location: str) -> bool:
     return str(location).startswith("s3://")
 
 
+# s3fs's spelling of one object version in a URL (``s3fs.S3FileSystem.split_path``);
+# every reader of an uploaded original uses it, so a pipeline measures the version
+# its event named even after the key was overwritten.
+VERSION_QUERY = "?versionId="
+
+
 @dataclass(frozen=True)
 class S3Location:
     bucket: str
     key: str
+    version_id: str | None = None
 
     @classmethod
     def parse(cls, url: str) -> "S3Location":
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"not an s3:// URL: {url!r}")
-        return cls(bucket=parsed.netloc, key=parsed.path.lstrip("/"))
+        # Keys may hold '?' and '#': take the key from the raw text, not urlparse's path.
+        key = str(url)[len("s3://") + len(parsed.netloc):].lstrip("/")
+        key, _, version_id = key.partition(VERSION_QUERY)
+        return cls(bucket=parsed.netloc, key=key, version_id=version_id or None)
 
     @property
     def url(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+        return versioned_url(self.bucket, self.key, self.version_id)
+
+
+def versioned_url(bucket: str, key: str, version_id: str | None = None) -> str:
+    """``s3://bucket/key``, pinned to one object version when ``version_id`` is given."""
+    return f"s3://{bucket}/{key}" + (f"{VERSION_QUERY}{version_id}" if version_id else "")
+
+
+def unversioned_url(url: str) -> str:
+    return str(url).partition(VERSION_QUERY)[0]
 
 
 def s3_endpoint_url() -> str | None:
@@ -49,9 +68,16 @@ def boto3_s3_client(**config):
     return boto3.client("s3", endpoint_url=s3_endpoint_url(), region_name=aws_region(), **config)
 
 
-def s3fs_filesystem(**options):
-    """An ``s3fs.S3FileSystem`` for the configured endpoint; ``options`` pass through."""
+def s3fs_filesystem(*, for_url: str | None = None, **options):
+    """An ``s3fs.S3FileSystem`` for the configured endpoint; ``options`` pass through.
+
+    Version-aware only for a URL naming a version: a version-aware s3fs lists with
+    ListObjectVersions, which would change what the benchmarks count elsewhere.
+    """
     import s3fs
+
+    if for_url is not None and VERSION_QUERY in str(for_url):
+        options.setdefault("version_aware", True)
 
     client_kwargs = dict(options.pop("client_kwargs", {}))
     endpoint = s3_endpoint_url()

@@ -61,6 +61,7 @@ def test_case_grid_is_the_full_product_with_readers_matched_to_formats():
         ({"platforms": ["ec2"]}, "unknown platform 'ec2'"),
         ({"repetitions": 0}, "'repetitions'"),
         ({"variants": [{"kind": "rechunk-zarr", "chunks": "diagonal"}]}, "chunks must be"),
+        ({"variants": [{"kind": "rechunk-zarr", "chunks": "map", "max_mem": "lots"}]}, "variants[0].max_mem"),
     ],
 )
 def test_bad_plans_are_refused_naming_the_field(override, message):
@@ -74,6 +75,16 @@ def test_explicit_chunks_by_dimension_and_sharding_name_the_variant():
         {"kind": "rechunk-zarr", "chunks": [24, 181, 288], "shards": {"time": 48}},
     ]})
     assert [s["name"] for s in plans.variant_specs(plan, GRID)] == ["zarr-120x50x100", "zarr-sharded-24x181x288"]
+
+
+def test_a_variant_bound_caps_the_rechunk_memory_the_platform_leaves():
+    from layoutlab.pipeline.planning import rechunk_options
+
+    spec = {"chunks": {"time": 24}, "max_mem": "32KiB"}
+    assert rechunk_options(spec)["max_mem"] == 32 * 2**10
+    assert rechunk_options(spec, max_mem=16 * 2**10)["max_mem"] == 16 * 2**10
+    assert rechunk_options({"chunks": {"time": 24}}, max_mem=2**20)["max_mem"] == 2**20
+    assert "max_mem" not in rechunk_options({"chunks": {"time": 24}})
 
 
 def test_sizes_parse_and_print():

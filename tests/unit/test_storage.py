@@ -27,3 +27,18 @@ def test_endpoint_prefers_the_s3_specific_variable(monkeypatch):
     assert storage.s3_endpoint_url() == "http://127.0.0.1:1"
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     assert storage.s3_endpoint_url() is None
+
+
+def test_a_version_pinned_url_round_trips_and_keys_keep_question_marks_and_hashes():
+    loc = storage.S3Location.parse("s3://b/incoming/what?#now.h5?versionId=3HL4kqtJ")
+    assert (loc.bucket, loc.key, loc.version_id) == ("b", "incoming/what?#now.h5", "3HL4kqtJ")
+    assert storage.S3Location.parse(loc.url) == loc
+    assert storage.unversioned_url(loc.url) == "s3://b/incoming/what?#now.h5"
+    assert storage.versioned_url("b", "k", None) == "s3://b/k"
+
+
+def test_s3fs_is_version_aware_only_for_a_version_pinned_url():
+    pinned = storage.s3fs_filesystem(for_url="s3://b/k?versionId=v1", skip_instance_cache=True)
+    plain = storage.s3fs_filesystem(for_url="s3://b/k", skip_instance_cache=True)
+    assert pinned.version_aware and not plain.version_aware
+    assert pinned.split_path("s3://b/k?versionId=v1") == ("b", "k", "v1")

@@ -229,7 +229,7 @@ class H5pyS3fsDefault(Reader):
     def open(self, url):
         import h5py
 
-        fs = storage.s3fs_filesystem(skip_instance_cache=True)
+        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True)
         fs_kwargs, h5_kwargs = self._open_kwargs()
         fileobj = fs.open(url, "rb", **fs_kwargs)
         try:
@@ -287,6 +287,9 @@ class H5pyRos3(Reader):
             raise UserError(f"reader {self.name}: this h5py ({h5py.__version__}, HDF5 {h5py.version.hdf5_version}) "
                             "has no ros3 driver; build one against Debian's libhdf5 (see README, section bench)")
         loc = storage.S3Location.parse(url)
+        if loc.version_id:
+            raise UserError(f"reader {self.name}: HDF5's ros3 driver cannot read one object version ({url}); "
+                            "use an h5py-s3fs reader")
         endpoint = storage.s3_endpoint_url() or f"https://s3.{storage.aws_region()}.amazonaws.com"
         http_url = f"{endpoint.rstrip('/')}/{loc.bucket}/{loc.key}"
         kwargs = {"aws_region": storage.aws_region().encode(),
@@ -316,7 +319,7 @@ class XarrayH5netcdf(Reader):
         import h5py
         import xarray as xr
 
-        fs = storage.s3fs_filesystem(skip_instance_cache=True)
+        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True)
         fileobj = fs.open(url, "rb")
         try:
             h5py.File(fileobj, "r").close()  # fail early and clearly on non-HDF5 input

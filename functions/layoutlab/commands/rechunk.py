@@ -16,9 +16,10 @@ process and its libraries). When a direct copy would have to decode source chunk
 many times, the plan goes through an intermediate array (two stages), like rechunker.
 
 Fan-out: --plan-only prints the plan (JSON, with independent work units aligned to
-target chunks and shards) and prepares DST; --unit K runs one unit (any order and
-any parallelism within a stage; stage 1 units need stage 0 done); --finalize writes
-the metadata last, so readers never see a half-written store. Without any of these
+target chunks and shards) and prepares DST; --unit K runs one unit (any order, any
+parallelism, across stages too: a stage-1 unit first runs the stage-0 units it reads
+from that are not done yet); --finalize writes the metadata last, so readers never
+see a half-written store. Without any of these
 three options the whole sequence runs here with a progress bar."""
 
 EPILOG = """\

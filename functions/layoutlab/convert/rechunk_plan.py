@@ -28,8 +28,10 @@ break the memory bound, the planner considers two stages through an
 intermediate array (source -> intermediate chunks -> target) in which each
 stage reads every chunk about once, and keeps whichever of the two plans its
 cost model (bytes decoded and encoded, weighted by codec cost) says is
-cheaper. A unit of stage 1 may only run after every unit of stage 0 is done;
-units within a stage are independent.
+cheaper. A unit of stage 1 reads what some units of stage 0 write; units
+within a stage are independent. ``rechunk_zarr.run_unit`` lets units of
+every stage run in any order: a stage-1 unit first runs the stage-0 units
+it reads from that are not done yet.
 
 This is written by hand because rechunker's planner assumes dask-style
 blocks (read chunks that are whole multiples of source chunks, written

@@ -4,7 +4,7 @@ The public API is JSON in, JSON out, so a Step Functions fan-out can call it
 from Lambda or Fargate tasks:
 
     plan = plan_rechunk(src, dst, chunks={"time": 120, "lat": 100, "lon": 50}, max_mem="512MiB")
-    for k in range(len(plan["units"])):   # any order within a stage, any parallelism
+    for k in range(len(plan["units"])):   # any order, any parallelism
         run_unit(plan, k)
     finalize(plan)
 
@@ -18,7 +18,9 @@ How a store is produced
   and stores the plan under ``DST/.layoutlab-rechunk/plan.json``.
 - ``run_unit`` copies one region: one read from the source (or the
   intermediate array of a two-stage plan), one write of whole target chunks
-  or shards, then a ``done`` marker. It writes chunks only: no ``zarr.json``,
+  or shards, then a ``done`` marker. A unit of stage 1 first runs (one at a
+  time) the stage-0 units it reads from that have no marker yet, so units
+  of all stages run in any order and with any parallelism. It writes chunks only: no ``zarr.json``,
   so nothing in DST is readable as Zarr yet.
 - ``finalize`` checks that every unit left its marker, writes the arrays'
   ``zarr.json``, removes the intermediate arrays and writes the root
@@ -32,10 +34,12 @@ Values are copied raw (no CF decoding): what xarray decodes from the source
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
 import os
+import random
 import re
 import shutil
 import time
@@ -70,6 +74,30 @@ MEMORY_MODEL_HEADROOM = 1.5
 # arenas): measured 13-15 MiB on two-stage runs, ~1 MiB on direct ones. The stated
 # guarantee is: peak RSS <= --max-mem + import baseline + FIXED_WORKING_MEMORY.
 FIXED_WORKING_MEMORY = 16 * 2**20
+
+# glibc raises its mmap threshold each time a big mmapped block is freed (up to 32 MiB); after
+# that, unit-sized buffers come from the heap arenas of zarr's I/O threads and stay there,
+# fragmented. Measured (benchmarks/bench_unit_order.py, 286 MiB source, --max-mem 64MiB): peak
+# RSS crept up by 23-60 MiB over ten stage-1 units in one process, past the bound; with a fixed
+# threshold it stays flat. A fixed threshold also turns the dynamic adjustment off, so every
+# buffer bigger than about a chunk goes back to the OS when freed.
+MMAP_THRESHOLD = 4 * 2**20
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+@functools.cache
+def fix_mmap_threshold() -> bool:
+    """Set glibc's mmap threshold once per process (no Python binding exists: ctypes).
+
+    True when set; False where the C library is not glibc (then nothing changes).
+    """
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):
+        return False
+
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -255,7 +283,7 @@ def source_kind(src: str) -> str:
         from layoutlab.storage import s3fs_filesystem
 
         try:
-            with s3fs_filesystem().open(src, "rb") as f:
+            with s3fs_filesystem(for_url=src).open(src, "rb") as f:
                 head = f.read(8)
         except (FileNotFoundError, IsADirectoryError):
             if keys:
@@ -283,7 +311,7 @@ def _open_hdf5(src: str, rdcc_nbytes: int = 2**20):
     if is_s3_url(src):
         from layoutlab.storage import s3fs_filesystem
 
-        fileobj = s3fs_filesystem().open(src, "rb", block_size=8 * 2**20, cache_type="readahead")
+        fileobj = s3fs_filesystem(for_url=src).open(src, "rb", block_size=8 * 2**20, cache_type="readahead")
         return h5py.File(fileobj, "r", rdcc_nbytes=rdcc_nbytes)
     return h5py.File(src, "r", rdcc_nbytes=rdcc_nbytes)
 
@@ -705,29 +733,106 @@ def _intermediate_path(name: str) -> str:
     return f"{STAGING}/intermediate/{name}"
 
 
-def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
-    """Copy work unit ``k`` of ``plan``; returns {"unit", "bytes", "seconds"}.
+def _store_exists(store, key: str) -> bool:
+    async def exists():
+        if not store._is_open:
+            await store._open()
+        return await store.exists(key)
 
-    Idempotent: running a unit twice writes the same chunks. A unit of stage
-    s > 0 refuses to run until every unit of the earlier stages left its marker.
+    return _run(exists())
+
+
+def units_feeding(plan: dict, unit: dict) -> list[int]:
+    """Ids of the previous stage's units (same variable) that write what ``unit`` reads.
+
+    The reader decodes whole chunks of the array it reads (the intermediate),
+    so the region is widened to that array's chunk grid first. Units of the
+    previous stage are aligned to that grid, so each chunk has exactly one writer.
+    """
+    if unit["stage"] == 0:
+        return []
+    var = plan["variables"][unit["variable"]]
+    read_block = var["stages"][unit["stage"]]["read_block"]
+    lo = [a // c * c for a, c in zip(unit["start"], read_block)]
+    hi = [min(n, -(-b // c) * c) for b, c, n in zip(unit["stop"], read_block, var["shape"])]
+    return [
+        u["id"]
+        for u in plan["units"]
+        if u["variable"] == unit["variable"]
+        and u["stage"] == unit["stage"] - 1
+        and all(a < h and l < b for a, b, l, h in zip(u["start"], u["stop"], lo, hi))
+    ]
+
+
+def _catch_up(plan: dict, unit: dict, store, source_cache: dict | None) -> tuple[list[int], int]:
+    """Run, one at a time, the earlier-stage units ``unit`` reads from that are not done yet.
+
+    Why duplicate work instead of waiting (or failing, as before): a fan-out
+    then needs no ordering between stages, no second Map and no locks, and a
+    crashed or slow worker never blocks another. It is safe because
+    - a unit is idempotent and deterministic: its chunks' bytes depend only on
+      the plan and the source, so two workers that run the same earlier unit
+      write identical bytes;
+    - every chunk write is atomic: S3 PUTs are, and zarr's LocalStore writes
+      a temporary file and renames it (zarr-python >= 3.1.3, #3412; pinned in
+      pyproject.toml), so a reader never sees half a chunk even while another
+      worker rewrites it;
+    - a ``done`` marker is written only after all of a unit's chunks, and it
+      is what makes a later unit skip the catch-up.
+    Memory stays within the bound: the earlier units run one after the other
+    and free their buffers before this unit reads. The duplicated work is
+    bounded by the parallelism (only units running at the same moment can
+    both do one earlier unit); each worker visits the missing units in its own
+    order (seeded by its id) and re-checks the marker right before running
+    one, so concurrent workers mostly pick different units. Measured in
+    README (zarr section).
+    """
+    needed = units_feeding(plan, unit)
+    if not needed:
+        return [], 0
+    done = set(_store_list(store, f"{STAGING}/done/"))
+    missing = [j for j in needed if _done_key(j) not in done]
+    random.Random(unit["id"]).shuffle(missing)
+    ran: list[int] = []
+    copied = 0
+    cache = source_cache if source_cache is not None else {}  # one open source for all of them
+    try:
+        for j in missing:
+            result = run_unit(plan, j, _source_cache=cache)  # skipped if another worker finished it meanwhile
+            if not result["skipped"]:
+                ran += [j, *result["ran_earlier"]]
+                copied += result["bytes"]
+    finally:
+        if source_cache is None and cache.get("hdf5") is not None:
+            cache["hdf5"].close()
+    return ran, copied
+
+
+def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
+    """Copy work unit ``k`` of ``plan``; returns {"unit", "bytes", "seconds", "ran_earlier", "skipped"}.
+
+    Idempotent: a unit whose ``done`` marker exists is skipped (``skipped``;
+    e.g. a retry, or a stage-0 unit a later unit already ran), and running it
+    again would write the same chunks. Units may run in any order and with
+    any parallelism, across stages too: a unit of stage s > 0 first runs the
+    units of stage s - 1 that write what it reads and have not left their
+    marker (``ran_earlier`` lists them; see ``_catch_up`` for why this is
+    safe). ``bytes`` counts what this call copied, its catch-up included.
     """
     import zarr
 
     if not 0 <= k < len(plan["units"]):
         raise UserError(f"--unit {k}: the plan has units 0..{len(plan['units']) - 1}")
+    fix_mmap_threshold()
     started = time.perf_counter()
     unit = plan["units"][k]
     var = plan["variables"][unit["variable"]]
     stage = var["stages"][unit["stage"]]
     dst_store = open_store(plan["destination"])
-    if unit["stage"] > 0:
-        done = set(_store_list(dst_store, f"{STAGING}/done/"))
-        missing = [u["id"] for u in plan["units"] if u["stage"] < unit["stage"] and _done_key(u["id"]) not in done]
-        if missing:
-            raise UserError(
-                f"--unit {k} belongs to stage {unit['stage']}; units of earlier stages are not done yet "
-                f"({len(missing)} missing, first {missing[0]})"
-            )
+    if _store_exists(dst_store, _done_key(k)):
+        return {"unit": k, "bytes": 0, "seconds": round(time.perf_counter() - started, 6), "ran_earlier": [],
+                "skipped": True}
+    ran_earlier, caught_up_bytes = _catch_up(plan, unit, dst_store, _source_cache)
     region = tuple(slice(a, b) for a, b in zip(unit["start"], unit["stop"]))
     dtype = np.dtype(var["dtype"])
 
@@ -769,7 +874,8 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
     nbytes = int(data.nbytes)
     del data
     _store_set(dst_store, _done_key(k), json.dumps(unit).encode())
-    return {"unit": k, "bytes": nbytes, "seconds": round(time.perf_counter() - started, 6)}
+    return {"unit": k, "bytes": nbytes + caught_up_bytes, "seconds": round(time.perf_counter() - started, 6),
+            "ran_earlier": ran_earlier, "skipped": False}
 
 
 def finalize(plan: dict) -> dict:

@@ -62,14 +62,8 @@ def emit_case_metrics(emit, record: dict) -> None:
     """``emit(spec, value, **dimensions)`` once per metric of a case (see handlers._runtime.emit)."""
     from layoutlab import observability as obs
 
-    values = {
-        obs.BENCH_WALL_TIME: record.get("wall_s"),
-        obs.BENCH_REQUESTS: record.get("requests"),
-        obs.BENCH_BYTES: record.get("bytes_transferred"),
-        obs.BENCH_PEAK_MEMORY: record.get("peak_rss_mb"),
-    }
-    dims = {obs.Dimension.VARIANT: record["variant"], obs.Dimension.PATTERN: record["pattern"],
-            obs.Dimension.READER: record["reader"], obs.Dimension.PLATFORM: record["platform"]}
+    values = {spec: record.get(field) for spec, field in obs.CASE_METRIC_FIELDS.items()}
+    dims = {dimension: record[dimension] for dimension in obs.CASE_GROUPING}  # dimension names are record fields
     for spec, value in values.items():
         if value is not None:
             emit(spec, value, **dims)

@@ -22,7 +22,7 @@ def _open(location: str):
     import h5py
 
     if is_s3_url(location):
-        fs = s3fs_filesystem()
+        fs = s3fs_filesystem(for_url=location)
         with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
             with h5py.File(stream, "r") as f:
                 yield f

@@ -103,6 +103,11 @@ def validate_plan(plan: dict) -> None:
                     or (isinstance(chunks, list) and all(isinstance(c, int) and c > 0 for c in chunks))):
                 fail(f"variants[{i}].chunks must be one of {', '.join(CHUNK_PRESETS)}, "
                      "a list of positive integers, or a {dimension: size} object")
+            if "max_mem" in variant:  # the rechunk's memory bound per work unit (default 512MiB)
+                try:
+                    parse_size(variant["max_mem"])
+                except ValueError as error:
+                    fail(f"variants[{i}].max_mem: {error}")
     for key, known in (("patterns", PATTERNS), ("readers", HDF5_READERS + ZARR_READERS)):
         value = plan.get(key)
         groups = value.values() if isinstance(value, dict) else [value]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from layoutlab.errors import UserError
 from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline.facts import dataset_facts
+from layoutlab.storage import versioned_url
 
 DEFAULT_MAX_CONCURRENCY = {"convert": 4, "work_units": 20, "bench": 20}
 LOCAL_PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
@@ -84,7 +85,8 @@ def _put_json(s3, bucket: str, key: str, value) -> None:
 def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     dataset_id = execution["dataset_id"]
     source = execution["source"]
-    source_url = source.get("url") or f"s3://{source['bucket']}/{source['key']}"
+    # Pinned to the event's version: the key may have been overwritten since.
+    source_url = versioned_url(source["bucket"], source["key"], source.get("version_id"))
     plan = plans.merge_plan(execution.get("plan"))
     facts = dataset_facts(source_url)
     if facts.kind == "other":
@@ -106,12 +108,10 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
             store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")
         elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url)):
+            # Units of every stage go into the one Map, stage 0 first (the plan's order), so
+            # a stage-1 unit rarely finds a stage-0 unit it reads not done yet (it then runs it).
             work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
             publish_tasks.append({**base, "phase": "publish"})
-        elif spec["format"] == "zarr" and size > fan_out_above:
-            # A two-stage rechunk cannot fan out in one Map (stage 1 needs all of stage 0):
-            # it runs whole, on the bigger platform.
-            convert_tasks.append({**base, "phase": "whole", "convert_on": "fargate"})
         else:
             convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
 
@@ -125,8 +125,10 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     concurrency = dict(settings.max_concurrency)
     if isinstance(plan.get("max_concurrency"), int):
         concurrency["bench"] = min(concurrency["bench"], plan["max_concurrency"])
+    grid = ({"grid_shape": list(facts.grid_shape), "grid_itemsize": facts.itemsize, "grid_variable": facts.variable}
+            if facts.grid_shape else {})  # the model in report/model.py predicts chunk shapes from these
     store.update_run(dataset_id, kind_of_data=facts.kind, variants=[s["name"] for s in produced],
-                     cases=len(cases), platforms=platforms, platform_substitutions=substitutions)
+                     cases=len(cases), platforms=platforms, platform_substitutions=substitutions, **grid)
     return {
         "convert_tasks": convert_tasks,
         "publish_tasks": publish_tasks,
@@ -139,17 +141,22 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
 
 
 def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
+    """Options of ``plan_rechunk``/``rechunk``; the bound is the smaller of the variant's
+    ``max_mem`` and what the task's platform leaves (``max_mem``), when either is given."""
+    from layoutlab.pipeline.plan import parse_size
+
     options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
     if spec.get("compressor"):
         options["compressor"] = spec["compressor"]
-    if max_mem:
-        options["max_mem"] = max_mem
+    bounds = [b for b in (parse_size(spec["max_mem"]) if spec.get("max_mem") else None, max_mem) if b]
+    if bounds:
+        options["max_mem"] = min(bounds)
     return options
 
 
 def _prepare_rechunk(spec: dict, source_url: str) -> int:
-    """Stage the target and return its number of work units; 0 when the plan has two stages."""
+    """Stage the target and return its number of work units (of all stages: they run in any order)."""
     from layoutlab.convert.rechunk_zarr import plan_rechunk
 
     rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, **rechunk_options(spec))
-    return len(rechunk_plan["units"]) if rechunk_plan["stages"] == 1 else 0
+    return len(rechunk_plan["units"])

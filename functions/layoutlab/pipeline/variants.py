@@ -52,12 +52,16 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
     if phase == "unit":
         from layoutlab.convert.rechunk_zarr import load_plan, run_unit
 
-        return run_unit(load_plan(spec["uri"]), int(task["work_unit"]["k"]))
+        done = run_unit(load_plan(spec["uri"]), int(task["work_unit"]["k"]))
+        store.add_variant_work(dataset_id, spec["name"], done["seconds"], done["bytes"])
+        return done
     if phase == "publish":
         from layoutlab.convert.rechunk_zarr import finalize, load_plan
 
         finalize(load_plan(spec["uri"]))
-        detail = {}
+        units = store.get_variant(dataset_id, spec["name"]) or {}
+        # the work units' own times (summed over parallel tasks) are the conversion's compute time
+        detail = {k: units[k] for k in ("units_seconds", "units_done", "units_bytes") if k in units}
     elif spec["format"] == "hdf5":
         detail = _repack(task, s3)
     else:
@@ -69,7 +73,9 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
         "size_bytes": size, "source_bytes": source_size,
         "size_overhead": (size / source_size - 1) if source_size else None,
-        "convert_s": time.perf_counter() - started, "peak_rss_mb": _peak_rss_mb(),
+        # for a fanned-out rechunk: the units' summed seconds plus the publish step's own
+        "convert_s": time.perf_counter() - started + float(detail.get("units_seconds") or 0.0),
+        "peak_rss_mb": _peak_rss_mb(),
         "platform": os.environ.get("LAYOUTLAB_PLATFORM", "local"), "spec": spec, **detail,
     }
     store.put_variant(dataset_id, spec["name"], **item)
