@@ -12,7 +12,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
-        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access cdk-cli layer synth deploy destroy
+        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
 
 help:
 	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
@@ -23,12 +23,14 @@ help:
 	@echo "make destroy ENV=dev - cdk destroy --all -c env=ENV"
 	@echo "make clean  - remove .venv and generated files"
 
-# Debian tools the project calls: h5repack/h5stat (the reference tool and oracle)
-# and ncdump (to check NetCDF-4 files stay NetCDF-4 files).
+# Debian tools the project calls: h5repack/h5stat (the reference tool and oracle),
+# ncdump (to check NetCDF-4 files stay NetCDF-4 files) and chromium (headless: the test
+# that the HTML report's figures decode and draw in a real browser).
 sysdeps:
 	@missing=""; \
 	command -v h5repack >/dev/null 2>&1 || missing="$$missing hdf5-tools"; \
 	command -v ncdump   >/dev/null 2>&1 || missing="$$missing netcdf-bin"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -108,6 +110,13 @@ clean:
 # Issue 4's measurements of the benchmark instrument (see README, section bench).
 bench-ranged-get: venv
 	$(PY) benchmarks/bench_ranged_get.py
+
+# Load (issue #8): 50 uploads at once through the local pipeline (a few minutes).
+test-load: sysdeps venv
+	LAYOUTLAB_LOAD_UPLOADS=50 $(PY) -m pytest -q -s tests/integration/test_load_local.py
+
+bench-load: sysdeps venv
+	$(PY) benchmarks/bench_load.py --uploads 50 --json benchmarks/results/bench_load.json
 
 bench-access: sysdeps venv
 	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json

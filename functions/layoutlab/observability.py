@@ -135,3 +135,24 @@ ALL_METRICS: tuple[MetricSpec, ...] = (
     DATASETS_SUMMARIZED,
     PIPELINE_FAILURES,
 )
+
+CASE_GROUPING: tuple[str, ...] = tuple(d for d in _CASE if d != SERVICE_DIMENSION)
+"""How one case is identified and its results grouped: variant × pattern × reader × platform.
+These are the bench metrics' dimensions less ``service`` (which Powertools adds); each is
+also the name of a field of a result record, so the report groups by exactly what the
+dashboard graphs."""
+
+CASE_METRIC_FIELDS: dict[MetricSpec, str] = {
+    BENCH_WALL_TIME: "wall_s",
+    BENCH_REQUESTS: "requests",
+    BENCH_BYTES: "bytes_transferred",
+    BENCH_PEAK_MEMORY: "peak_rss_mb",
+}
+"""The result-record field each per-case metric carries (pipeline/benchcase.py emits them;
+the report plots the same fields under the same metric names)."""
+
+VARIANT_METRIC_FIELDS: dict[MetricSpec, str] = {
+    CONVERT_WALL_TIME: "convert_s",
+    CONVERT_OUTPUT_BYTES: "size_bytes",
+}
+"""The VARIANT-item field each per-variant metric carries."""

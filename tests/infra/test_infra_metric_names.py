@@ -54,3 +54,54 @@ def test_names_are_unique_and_stages_match_the_state_machine():
     recorded = {s["Result"] for s in asl["States"].values() if s["Type"] == "Pass" and s.get("Next") == "RecordFailure"}
     recorded.add("bench")  # RecordCaseFailure, inside the Distributed Map
     assert recorded | {"ingest"} == set(obs.STAGES)  # ingest records its own rejections
+
+
+# -- the report and the dashboard speak the same vocabulary ------------------------------------
+BENCH_SPECS = tuple(obs.CASE_METRIC_FIELDS)
+
+
+def test_report_groups_cases_by_the_bench_metrics_dimensions():
+    """The HTML report groups results by obs.CASE_GROUPING; the bench metrics (and so the
+    dashboard's SEARCH over them) are emitted with exactly service + those dimensions."""
+    from layoutlab.report import plots
+
+    for spec in BENCH_SPECS:
+        assert spec.dimensions == (obs.Dimension.SERVICE, *obs.CASE_GROUPING)
+    records = [{"kind": "RESULT", "checksum_ok": True, "wall_s": 1.0, "requests": 3, "bytes_transferred": 10,
+                **SAMPLE_VALUES}]
+    (key,) = plots.case_medians(records, "wall_s")
+    assert key == tuple(SAMPLE_VALUES[d] for d in obs.CASE_GROUPING)
+    (row,) = plots.traffic_rows(records, platform=SAMPLE_VALUES[obs.Dimension.PLATFORM])
+    assert {k: row[k] for k in obs.CASE_GROUPING} == {d: SAMPLE_VALUES[d] for d in obs.CASE_GROUPING}
+
+
+def test_case_metrics_emit_the_record_fields_the_report_plots(capsys, monkeypatch):
+    """pipeline/benchcase.py emits each CASE_METRIC_FIELDS field under its metric name with the
+    CASE_GROUPING values of the record: what the report reads from the same record."""
+    from layoutlab.pipeline.benchcase import emit_case_metrics
+
+    record = {**{d: SAMPLE_VALUES[d] for d in obs.CASE_GROUPING},
+              "wall_s": 1.25, "requests": 7, "bytes_transferred": 4096, "peak_rss_mb": 99.5}
+    emitted = []
+    emit_case_metrics(lambda spec, value, **dims: emitted.append((spec.name, value, dims)), record)
+    assert {name: value for name, value, _ in emitted} == {
+        spec.name: record[field] for spec, field in obs.CASE_METRIC_FIELDS.items()}
+    assert all(dims == {d: SAMPLE_VALUES[d] for d in obs.CASE_GROUPING} for _, _, dims in emitted)
+
+
+def test_dashboard_graphs_every_case_metric_over_the_reports_grouping(dev):
+    """In the synthesized dashboard, each bench metric the report shows is graphed by a SEARCH
+    whose schema is namespace + service + the report's grouping, under the same metric name."""
+    import re
+
+    from layoutlab_cdk.template_text import render
+
+    (dashboard,) = dev.resources("observability", "AWS::CloudWatch::Dashboard").values()
+    body = render(dashboard["Properties"]["DashboardBody"])
+    schemas = {}
+    for schema, name in re.findall(r"SEARCH\('\{([^}]*)\} MetricName=\\*\"(\w+)\\*\"", body):
+        schemas.setdefault(name, set()).add(tuple(schema.split(",")))
+    for spec in BENCH_SPECS:
+        assert schemas.get(spec.name) == {(obs.NAMESPACE, obs.SERVICE_DIMENSION, *obs.CASE_GROUPING)}, spec.name
+    for spec in obs.VARIANT_METRIC_FIELDS:  # the report's size and conversion labels
+        assert spec.name in schemas, spec.name

@@ -33,6 +33,11 @@ def test_demo_runs_the_pipeline_prints_results_and_keeps_them(tmp_path, capsys):
     assert "map-timestep" in out and "beam-read" in out
     report = (tmp_path / "out" / "report.md").read_text()
     assert "paged-1MiB" in report and "| variant |" in report
+    page = tmp_path / "out" / "report.html"
+    assert f"{page}" in out  # the demo prints where its HTML report is
+    html = page.read_text()
+    assert html.count('class="dataset"') == 2 and html.count('class="recommendation"') == 2
+    assert html.count('src="data:image/png;base64,') == len(list((tmp_path / "out" / "report_files").glob("*.png"))) > 0
     kept = json.loads(snapshot_path().read_text())
     assert sum(1 for i in kept if i["kind"] == "RESULT") == 2 * 1 + 2 * 1  # each dataset: 2 variants x 1 pattern
 

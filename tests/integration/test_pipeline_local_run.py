@@ -40,7 +40,11 @@ CI_PLAN = {
 
 FAN_OUT_PLAN = {
     "name": "fanout",
-    "variants": [{"kind": "rechunk-zarr", "chunks": {"time": 6, "lat": 19, "lon": 36}, "applies_to": "grid"}],
+    "variants": [
+        {"kind": "rechunk-zarr", "chunks": {"time": 6, "lat": 19, "lon": 36}, "applies_to": "grid"},
+        # a bound this small makes the plan two-stage (source -> intermediate -> target)
+        {"kind": "rechunk-zarr", "chunks": {"time": 24, "lat": 3, "lon": 3}, "applies_to": "grid", "max_mem": "32KiB"},
+    ],
     "patterns": {"grid": ["map-timestep", "timeseries-point"], "granule": []},
     "readers": {"hdf5": [], "zarr": ["zarr-obstore"]},
     "platforms": ["local-lambda"],
@@ -116,6 +120,10 @@ def test_every_planned_case_of_the_grid_is_measured_and_checked(run):
     assert set(variants) == {"original", "paged-1MiB", "zarr-24x10x10", "zarr-1x19x36"}
     [summary] = items(pipeline, grid, "SUMMARY")
     assert set(summary["platforms"]["local-lambda"]["patterns"]) == {"timeseries-point", "map-timestep"}
+    # the recommendation names one of the dataset's variants, and the Pareto front holds variants
+    assert summary["recommendation"].startswith("On local-lambda, keep ")
+    assert any(name in summary["recommendation"] for name in variants)
+    assert set(summary["pareto_front"]["local-lambda"]) <= set(variants)
     key = f"summaries/{grid['dataset_id']}.json"
     assert pipeline.s3.head_object(Bucket=dispatch.OUTPUTS_BUCKET, Key=key)["ContentLength"] > 0
 
@@ -168,23 +176,39 @@ def test_case_metrics_reach_the_local_cloudwatch_with_the_dashboard_names(run):
     assert all(sorted(d["Name"] for d in m["Dimensions"]) == sorted(obs.BENCH_WALL_TIME.dimensions) for m in metrics)
 
 
-def test_a_big_rechunk_fans_out_over_work_units_and_is_published_whole(run):
+def test_big_rechunks_fan_out_over_work_units_of_every_stage_and_are_published_whole(run, tmp_path):
+    import json
+
     import xarray as xr
 
     pipeline, by_key, final, _ = run
     fanned = by_key["incoming/fanned.nc"]
     assert final[fanned["dataset_id"]] == "SUCCEEDED"
-    [variant] = items(pipeline, fanned, "VARIANT")
-    assert variant["variant"] == "zarr-6x19x36" and variant["status"] == "READY"
+    variants = {v["variant"]: v for v in items(pipeline, fanned, "VARIANT")}
+    assert set(variants) == {"zarr-6x19x36", "zarr-24x3x3"}
+    assert all(v["status"] == "READY" for v in variants.values())
     units = pipeline.s3.get_object(Bucket=dispatch.OUTPUTS_BUCKET, Key=f"runs/{fanned['dataset_id']}/work-units.json")
-    assert len(__import__("json").loads(units["Body"].read())) == 4  # 24 time steps in chunks of 6
-    [result] = items(pipeline, fanned, "RESULT")
-    assert result["checksum_ok"] is True and result["pattern"] == "map-timestep"
-    [failure] = items(pipeline, fanned, "FAILURE")
-    assert failure["stage"] == "bench" and "lat=95.0 is outside the grid" in failure["reason"]
-    assert failure["detail"] == "zarr-6x19x36#timeseries-point#zarr-obstore#local-lambda#000"
+    units = json.loads(units["Body"].read())
+    by_variant = {name: [u for u in units if u["variant"]["name"] == name] for name in variants}
+    assert len(by_variant["zarr-6x19x36"]) == 4  # 24 time steps in chunks of 6
+    # The two-stage plan fans out too (no whole run on Fargate): every unit of both stages is an item.
+    from layoutlab.convert.rechunk_zarr import plan_rechunk
+
+    same_file = geos.write_geos(tmp_path / "fanned.nc", shape=(24, 19, 36))
+    two_stage = plan_rechunk(str(same_file), str(tmp_path / "unused.zarr"), chunks={"time": 24, "lat": 3, "lon": 3},
+                             max_mem="32KiB", prepare=False)
+    assert two_stage["stages"] == 2
+    assert [u["work_unit"]["k"] for u in by_variant["zarr-24x3x3"]] == list(range(len(two_stage["units"])))
+    assert variants["zarr-24x3x3"]["units_done"] == len(two_stage["units"])
+    results = items(pipeline, fanned, "RESULT")
+    assert {r["variant"] for r in results} == set(variants)
+    assert all(r["checksum_ok"] is True and r["pattern"] == "map-timestep" for r in results)
+    failures = items(pipeline, fanned, "FAILURE")
+    assert {f["stage"] for f in failures} == {"bench"} and all("lat=95.0 is outside the grid" in f["reason"] for f in failures)
+    assert {f["detail"] for f in failures} == {f"{v}#timeseries-point#zarr-obstore#local-lambda#000" for v in variants}
     [summary] = items(pipeline, fanned, "SUMMARY")
-    assert summary["cases_failed"] == 1 and summary["cases_planned"] == 2
-    store = xr.open_zarr(variant["uri"], storage_options={"client_kwargs": {"endpoint_url": pipeline.cloud.moto_endpoint}})
+    assert summary["cases_failed"] == 2 and summary["cases_planned"] == 4
     expected = geos.geos_values(geos.GeosGrid((24, 19, 36)), 0, 24)
-    np.testing.assert_array_equal(store[geos.VARIABLE].values, expected)
+    for variant in variants.values():
+        store = xr.open_zarr(variant["uri"], storage_options={"client_kwargs": {"endpoint_url": pipeline.cloud.moto_endpoint}})
+        np.testing.assert_array_equal(store[geos.VARIABLE].values, expected)

@@ -138,13 +138,30 @@ def run(args) -> int:
 
             final = pipeline.wait(running, timeout=args.timeout, on_progress=show)
         failed = report(pipeline, running, final, workdir, tables)
+        items = [i for o in running for i in pipeline.store.items(dataset=o["dataset_id"])]
         path = pipeline.save_snapshot()
     finally:
         cloud.stop()
+    page = html_report(items, workdir)
     print(f"\nresults kept in {path} (query with 'layoutlab results'; 'layoutlab demo --reset' forgets them)")
-    print(f"report: {workdir / 'report.md'}; done in {time.perf_counter() - started:.0f} s")
+    print(f"report: {workdir / 'report.md'}" + (f", {page}" if page else "")
+          + f"; done in {time.perf_counter() - started:.0f} s")
     rejected = [o for o in outcomes if o["status"] == "rejected"]
     return 1 if failed or rejected else 0
+
+
+def html_report(items: list[dict], workdir: Path) -> Path | None:
+    """The HTML page of this run's datasets (``layoutlab report``'s), or None when there is nothing to show."""
+    try:
+        from layoutlab.report.html import write_report
+    except ImportError as error:  # matplotlib comes with the 'report' extra
+        print(f"no HTML report: {error} (install layoutlab[report])")
+        return None
+    if not any(i.get("kind") == "RESULT" for i in items):
+        return None
+    print("writing the HTML report ...")
+    written = write_report(items, workdir / "report.html", source="this demo run", command="layoutlab demo")
+    return written.html
 
 
 def report(pipeline, running, final, workdir: Path, tables) -> int:

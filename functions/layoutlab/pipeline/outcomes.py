@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
+from layoutlab.report.decision import decide
 from layoutlab.report.summary import summarize
 
 
@@ -20,12 +21,18 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
     summary = summarize(dataset_id, results)
     planned = (state.get("plan") or {}).get("cases", {}).get("count")
     bench_failures = [f for f in failures if f.get("stage") == "bench"]
+    variants = {i["variant"]: i for i in items if i["kind"] == "VARIANT"}
+    # The recommendation the report page opens with; the page itself (matplotlib) is built
+    # by `layoutlab report`, outside the Lambda layer's size limit.
+    decided = decide(results, variants=variants)
     summary.update(
+        recommendation=decided["sentence"],
+        pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},
         cases_planned=planned,
         cases_failed=len(bench_failures),
         failed_cases=[f.get("detail") for f in bench_failures][:50],
         variants={i["variant"]: {k: i.get(k) for k in ("uri", "size_bytes", "size_overhead", "convert_s")}
-                  for i in items if i["kind"] == "VARIANT"},
+                  for i in variants.values()},
         finished=_now(),
     )
     key = f"summaries/{dataset_id}.json"

@@ -1,0 +1,316 @@
+"""From one dataset's results to a decision: which layout to keep, and why.
+
+Input: the dataset's result records (``results/schema.json``) and, optionally,
+its VARIANT items (size, conversion time) and a workload mix. Everything is
+computed per platform (Lambda and Fargate need not agree) from the median of
+the repetitions whose values checked out.
+
+Following Nguyen et al. (2023):
+  * the *performance bias* of a pattern is the slowest variant's time over the
+    fastest's;
+  * the *balanced* choice minimises the product of the time-series and map
+    times; we also give the variant with the smallest worst-case slowdown.
+A variant's time for a pattern is that of its best reader (the layout is judged
+by the best way to read it; the reader is named); ``by_reader`` keeps the
+per-reader view.
+
+Beyond the paper:
+  * a *workload mix* (``parse_mix("timeseries-point=0.7,map-timestep=0.3")``)
+    gives each variant the weighted mean of its pattern times; the mix choice
+    minimises it;
+  * the *Pareto front* over (read time, storage size, conversion time, peak
+    memory): the variants no other variant beats on every axis at once.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+from layoutlab.errors import UserError
+
+TIMESERIES_PATTERNS = ("timeseries-point", "timeseries-region-mean")
+MAP_PATTERNS = ("map-timestep", "map-time-mean")
+SCALING_PATTERN = "slab-read"  # reported by summary.scaling(), per worker count
+# Mix weights are shares of the workload: they must sum to 1 within this much
+# (rounding in hand-written mixes); within it they are normalised exactly.
+MIX_SUM_TOLERANCE = 0.01
+PARETO_AXES = ("read_s", "size_bytes", "convert_s", "peak_rss_mb")
+
+
+class MixError(UserError):
+    """A workload mix that cannot be used (unknown pattern, bad weight, weights not summing to 1)."""
+
+
+# -- medians -------------------------------------------------------------------
+def good_results(records: list[dict]) -> list[dict]:
+    """Result records that count: kind RESULT, values checked out, a wall time, not a scaling study."""
+    return [r for r in records
+            if r.get("kind", "RESULT") == "RESULT" and r.get("checksum_ok", False)
+            and r.get("pattern") != SCALING_PATTERN and r.get("wall_s") is not None]
+
+
+def median_field(records: list[dict], field: str) -> dict[tuple, float]:
+    """(platform, pattern, variant, reader) -> median of ``field`` over good repetitions."""
+    values: dict[tuple, list[float]] = defaultdict(list)
+    for record in good_results(records):
+        if record.get(field) is not None:
+            values[(record["platform"], record["pattern"], record["variant"], record["reader"])].append(
+                float(record[field]))
+    return {key: statistics.median(v) for key, v in values.items()}
+
+
+def median_times(records: list[dict]) -> dict[tuple, float]:
+    """(platform, pattern, variant, reader) -> median wall_s over good repetitions."""
+    return median_field(records, "wall_s")
+
+
+def best_readers(medians: dict[tuple, float]) -> dict[tuple, tuple[float, str]]:
+    """(platform, pattern, variant) -> (median wall_s, reader) of its fastest reader."""
+    best: dict[tuple, tuple[float, str]] = {}
+    for (platform, pattern, variant, reader), wall in sorted(medians.items()):
+        key = (platform, pattern, variant)
+        if key not in best or wall < best[key][0]:
+            best[key] = (wall, reader)
+    return best
+
+
+def times_by_pattern(best: dict[tuple, tuple[float, str]], platform: str) -> dict[str, dict[str, float]]:
+    """pattern -> variant -> best-reader wall time, on one platform."""
+    by_pattern: dict[str, dict[str, float]] = defaultdict(dict)
+    for (plat, pattern, variant), (wall, _) in best.items():
+        if plat == platform:
+            by_pattern[pattern][variant] = wall
+    return dict(by_pattern)
+
+
+# -- Nguyen et al.'s measures ----------------------------------------------------------
+def pattern_winners(walls: dict[str, float]) -> dict:
+    """Fastest and slowest variant of one pattern and the performance bias (slowest / fastest)."""
+    fastest = min(walls, key=walls.get)
+    slowest = max(walls, key=walls.get)
+    return {
+        "best_variant": fastest,
+        "best_wall_s": walls[fastest],
+        "worst_variant": slowest,
+        "worst_wall_s": walls[slowest],
+        "performance_bias": walls[slowest] / walls[fastest] if walls[fastest] > 0 else math.inf,
+        "wall_s_by_variant": dict(sorted(walls.items())),
+    }
+
+
+def balanced_product(by_pattern: dict[str, dict[str, float]]) -> dict | None:
+    """The variant minimising (time-series time x map time), Nguyen et al.'s balanced choice."""
+    series = [p for p in TIMESERIES_PATTERNS if p in by_pattern]
+    maps = [p for p in MAP_PATTERNS if p in by_pattern]
+    if not series or not maps:
+        return None
+    s, m = series[0], maps[0]
+    candidates = sorted(set(by_pattern[s]) & set(by_pattern[m]))
+    if not candidates:
+        return None
+    choice = min(candidates, key=lambda v: by_pattern[s][v] * by_pattern[m][v])
+    return {"variant": choice, "patterns": [s, m],
+            "timeseries_wall_s": by_pattern[s][choice], "map_wall_s": by_pattern[m][choice]}
+
+
+def min_worst_slowdown(by_pattern: dict[str, dict[str, float]]) -> dict | None:
+    """The variant whose worst slowdown against each pattern's fastest variant is smallest."""
+    if not by_pattern:
+        return None
+    variants = sorted(set.intersection(*(set(w) for w in by_pattern.values())))
+    if not variants:
+        return None
+    fastest = {p: min(w.values()) for p, w in by_pattern.items()}
+
+    def worst(variant: str) -> float:
+        return max(by_pattern[p][variant] / fastest[p] for p in by_pattern if fastest[p] > 0)
+
+    choice = min(variants, key=worst)
+    return {"variant": choice, "worst_slowdown": worst(choice)}
+
+
+# -- workload mix ----------------------------------------------------------------
+def known_patterns() -> list[str]:
+    from layoutlab.bench.patterns import PATTERNS
+
+    return [name for name in PATTERNS if name != SCALING_PATTERN]
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``"timeseries-point=0.7,map-timestep=0.3"`` -> ``{pattern: share}``.
+
+    Shares must be positive and sum to 1 (within 1%, then normalised exactly);
+    a mix that sums to anything else is an error, not silently rescaled,
+    because "0.7 + 0.7" is more likely a typo than a wish.
+    """
+    if not text or not text.strip():
+        raise MixError("empty workload mix; expected e.g. 'timeseries-point=0.7,map-timestep=0.3'")
+    known = known_patterns()
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        name = name.strip()
+        if not sep:
+            raise MixError(f"mix entry {part.strip()!r}: expected PATTERN=SHARE, e.g. 'map-timestep=0.3'")
+        if name not in known:
+            raise MixError(f"mix entry {part.strip()!r}: unknown pattern {name!r}; known: {', '.join(known)}")
+        if name in mix:
+            raise MixError(f"mix names pattern {name!r} twice")
+        try:
+            share = float(value)
+        except ValueError:
+            raise MixError(f"mix entry {part.strip()!r}: share {value.strip()!r} is not a number") from None
+        if not share > 0 or math.isinf(share):
+            raise MixError(f"mix entry {part.strip()!r}: share must be a positive number")
+        mix[name] = share
+    return normalise_mix(mix)
+
+
+def normalise_mix(mix: dict[str, float]) -> dict[str, float]:
+    total = sum(mix.values())
+    if abs(total - 1.0) > MIX_SUM_TOLERANCE:
+        raise MixError(f"mix shares sum to {total:g}, not 1: give each pattern's share of the workload "
+                       f"(e.g. 0.7 and 0.3)")
+    return {name: share / total for name, share in mix.items()}
+
+
+def mix_times(by_pattern: dict[str, dict[str, float]], mix: dict[str, float]) -> dict[str, float]:
+    """variant -> weighted mean time over the mix, for variants measured on every pattern of the mix."""
+    missing = [p for p in mix if p not in by_pattern]
+    if missing:
+        raise MixError(f"mix pattern(s) {', '.join(missing)} were not measured for this dataset "
+                       f"(measured: {', '.join(sorted(by_pattern)) or 'none'})")
+    variants = set.intersection(*(set(by_pattern[p]) for p in mix))
+    return {v: sum(share * by_pattern[p][v] for p, share in mix.items()) for v in sorted(variants)}
+
+
+# -- Pareto front ----------------------------------------------------------------
+def pareto_front(points: list[dict], axes=PARETO_AXES) -> list[dict]:
+    """Mark each point ``on_front`` (no other point is <= on every axis and < on one) and name
+    who dominates it. Axes missing (None) on any point are left out of the comparison for all
+    points, and the axes used are listed in each point's ``axes``."""
+    used = [a for a in axes if points and all(p.get(a) is not None for p in points)]
+    out = []
+    for p in points:
+        dominated_by = [q["variant"] for q in points if q is not p
+                        and all(q[a] <= p[a] for a in used) and any(q[a] < p[a] for a in used)]
+        out.append({**p, "on_front": not dominated_by, "dominated_by": dominated_by, "axes": used})
+    return out
+
+
+def _variant_axes(variant: str, read_s: float, item: dict | None, peak_rss: float | None) -> dict:
+    item = item or {}
+    convert = item.get("convert_s")
+    if convert is None and item.get("variant_kind") == "original":
+        convert = 0.0  # the original costs nothing to produce
+    return {"variant": variant, "read_s": read_s, "size_bytes": item.get("size_bytes"),
+            "convert_s": convert, "peak_rss_mb": peak_rss}
+
+
+# -- the decision ------------------------------------------------------------------
+def decide(records: list[dict], *, mix: dict[str, float] | None = None,
+           variants: dict[str, dict] | None = None) -> dict:
+    """The decision for ONE dataset's result records; see the module docstring.
+
+    ``variants`` maps a variant name to its VARIANT item (``size_bytes``,
+    ``convert_s``: what the convert step records); without it the Pareto front
+    compares read time and peak memory only.
+    """
+    datasets = sorted({r.get("dataset") for r in records if r.get("kind", "RESULT") == "RESULT"})
+    if len(datasets) > 1:
+        raise UserError(f"decide() takes one dataset's records; got {len(datasets)}: {', '.join(map(str, datasets))}")
+    if mix is not None:
+        mix = normalise_mix(dict(mix))
+    variants = variants or {}
+    medians = median_times(records)
+    rss = median_field(records, "peak_rss_mb")
+    best = best_readers(medians)
+    platforms: dict[str, dict] = {}
+    for platform in sorted({k[0] for k in best}):
+        by_pattern = times_by_pattern(best, platform)
+        patterns = {}
+        for pattern, walls in sorted(by_pattern.items()):
+            entry = pattern_winners(walls)
+            entry["best_reader"] = best[(platform, pattern, entry["best_variant"])][1]
+            readers: dict[str, dict[str, float]] = defaultdict(dict)
+            for (plat, pat, variant, reader), wall in medians.items():
+                if plat == platform and pat == pattern:
+                    readers[reader][variant] = wall
+            entry["by_reader"] = {reader: pattern_winners(w) for reader, w in sorted(readers.items())}
+            patterns[pattern] = entry
+        result = {"patterns": patterns, "balanced_product": balanced_product(by_pattern),
+                  "min_worst_slowdown": min_worst_slowdown(by_pattern), "mix_choice": None}
+        if mix:
+            weighted = mix_times(by_pattern, mix)
+            if weighted:
+                choice = min(weighted, key=weighted.get)
+                result["mix_choice"] = {"variant": choice, "mix_wall_s": weighted[choice],
+                                        "wall_s_by_variant": weighted}
+            read_time = weighted
+            read_time_kind = "mix-weighted mean of best-reader median wall s"
+        else:
+            common = set.intersection(*(set(w) for w in by_pattern.values())) if by_pattern else set()
+            read_time = {v: statistics.median(by_pattern[p][v] for p in by_pattern) for v in sorted(common)}
+            read_time_kind = "median over patterns of best-reader median wall s"
+        points = []
+        for variant, read_s in read_time.items():
+            peaks = [rss.get((platform, p, variant, best[(platform, p, variant)][1])) for p in by_pattern
+                     if (platform, p, variant) in best]
+            peaks = [x for x in peaks if x is not None]
+            points.append(_variant_axes(variant, read_s, variants.get(variant), max(peaks) if peaks else None))
+        front = pareto_front(points)
+        result["pareto"] = {"read_time": read_time_kind, "points": front,
+                            "front": [p["variant"] for p in front if p["on_front"]],
+                            "axes": front[0]["axes"] if front else []}
+        result["sentence"] = recommendation_sentence(platform, result, mix)
+        platforms[platform] = result
+    primary = _primary_platform(platforms)
+    return {
+        "dataset": datasets[0] if datasets else None,
+        "mix": mix,
+        "results_counted": len(good_results(records)),
+        "results_excluded": sum(1 for r in records
+                                if r.get("kind", "RESULT") == "RESULT" and not r.get("checksum_ok", False)),
+        "platforms": platforms,
+        "primary_platform": primary,
+        "sentence": platforms[primary]["sentence"] if primary else "No result checked out: nothing to recommend.",
+    }
+
+
+def _primary_platform(platforms: dict) -> str | None:
+    """The platform the headline sentence speaks for: the first Lambda one, else the first."""
+    if not platforms:
+        return None
+    lambdas = [p for p in platforms if "lambda" in p]
+    return (lambdas or sorted(platforms))[0]
+
+
+def recommendation_sentence(platform: str, result: dict, mix: dict | None) -> str:
+    """The recommendation in one plain sentence."""
+    patterns = result["patterns"]
+    if mix and result.get("mix_choice"):
+        choice = result["mix_choice"]
+        shares = ", ".join(f"{p} {share:.0%}" for p, share in mix.items())
+        why = f"it is fastest for the workload ({shares}) at {choice['mix_wall_s']:.3f} s per access on average"
+        variant = choice["variant"]
+    elif result.get("balanced_product"):
+        b = result["balanced_product"]
+        variant = b["variant"]
+        why = (f"it balances time series ({b['timeseries_wall_s']:.3f} s) and maps ({b['map_wall_s']:.3f} s) "
+               f"best (smallest product, as Nguyen et al. choose)")
+    elif result.get("min_worst_slowdown"):
+        w = result["min_worst_slowdown"]
+        variant = w["variant"]
+        why = f"it is never more than {w['worst_slowdown']:.1f}x slower than the best variant of any pattern"
+    else:
+        return f"On {platform} no variant was measured on every pattern: nothing to recommend."
+    wins = [p for p, e in patterns.items() if e["best_variant"] == variant]
+    tail = f"; it is the fastest for {', '.join(wins)}" if wins else ""
+    point = next((p for p in result.get("pareto", {}).get("points", []) if p["variant"] == variant), None)
+    front = ""
+    if point and point["dominated_by"]:
+        front = (f" (but {', '.join(point['dominated_by'])} is at least as good on every axis of "
+                 f"{', '.join(point['axes'])})")
+    return f"On {platform}, keep {variant}: {why}{tail}{front}."
