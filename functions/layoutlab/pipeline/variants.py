@@ -84,14 +84,17 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
 
 def _repack(task: dict, s3) -> dict:
     from layoutlab.convert.repack_hdf5 import repack
+    from layoutlab.guard import run_guarded
 
     spec = task["variant"]
     target = S3Location.parse(spec["uri"])
     with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
         source = _download(s3, task["source"], scratch)
         out = Path(scratch) / "variant.h5"
-        summary = repack(source, out, page_size=spec.get("page_size", 8 * 2**20),
-                         target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
+        # guarded: a damaged file that makes libhdf5 spin is stopped in a minute, not at the task's timeout
+        original = f"s3://{task['source']['bucket']}/{task['source']['key']}"
+        summary = run_guarded(repack, source, out, path=original, page_size=spec.get("page_size", 8 * 2**20),
+                              target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
         partial = f"{target.key}.partial"
         s3.upload_file(str(out), target.bucket, partial)
         s3.copy_object(Bucket=target.bucket, Key=target.key, CopySource={"Bucket": target.bucket, "Key": partial})
