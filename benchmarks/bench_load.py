@@ -29,22 +29,14 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from layoutlab.local.cloud import start_local_cloud  # noqa: E402
-from layoutlab.local.load import run_load  # noqa: E402
+from layoutlab.local.load import ONE_CASE_PLAN, run_load  # noqa: E402
 from layoutlab.local.pipeline import LocalPipeline  # noqa: E402
 from layoutlab.results.record import host_info  # noqa: E402
 from layoutlab.samples import geos  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = (4, 5, 6)
-PLAN = {
-    "name": "load",
-    "variants": [{"kind": "original"}],
-    "patterns": {"grid": ["timeseries-point"], "granule": []},
-    "readers": {"hdf5": ["h5py-s3fs-aligned"], "zarr": []},
-    "platforms": ["local-lambda"],
-    "repetitions": 1,
-    "max_concurrency": 1,
-}
+PLAN = {**ONE_CASE_PLAN, "name": "load"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,22 +12,14 @@ import os
 
 import pytest
 
-from layoutlab.local.load import TreeMemory, run_load
+from layoutlab.local.load import ONE_CASE_PLAN, TreeMemory, run_load
 from layoutlab.local.pipeline import LocalPipeline
 from layoutlab.samples import geos
 
 pytestmark = pytest.mark.slow
 
 UPLOADS = int(os.environ.get("LAYOUTLAB_LOAD_UPLOADS", "10"))
-PLAN = {
-    "name": "load",
-    "variants": [{"kind": "original"}],
-    "patterns": {"grid": ["timeseries-point"], "granule": []},
-    "readers": {"hdf5": ["h5py-s3fs-aligned"], "zarr": []},
-    "platforms": ["local-lambda"],
-    "repetitions": 1,
-    "max_concurrency": 1,
-}
+PLAN = {**ONE_CASE_PLAN, "name": "load"}
 
 
 def test_uploads_at_once_each_complete_one_pipeline_with_every_result_once(cloud, tmp_path):

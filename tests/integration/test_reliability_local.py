@@ -15,6 +15,7 @@ import pytest
 
 from layoutlab import observability as obs
 from layoutlab.local import dispatch, load
+from layoutlab.local.load import ONE_CASE_PLAN
 from layoutlab.local.pipeline import LocalPipeline
 from layoutlab.pipeline import events
 from layoutlab.samples import geos
@@ -22,15 +23,6 @@ from layoutlab.samples import geos
 pytestmark = pytest.mark.slow
 
 TINY_SHAPE = (4, 5, 6)
-ONE_CASE_PLAN = {
-    "name": "one-case",
-    "variants": [{"kind": "original"}],
-    "patterns": {"grid": ["timeseries-point"], "granule": []},
-    "readers": {"hdf5": ["h5py-s3fs-aligned"], "zarr": []},
-    "platforms": ["local-lambda"],
-    "repetitions": 1,
-    "max_concurrency": 1,
-}
 TWO_VARIANT_PLAN = {**ONE_CASE_PLAN, "name": "two-variants",
                     "variants": [{"kind": "original"}, {"kind": "repack-paged", "page_size": "64KiB"}]}
 ODD_KEYS = [

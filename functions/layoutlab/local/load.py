@@ -21,6 +21,18 @@ from pathlib import Path
 
 import psutil
 
+# The smallest complete pipeline: the original only, one case, one repetition. Load and
+# reliability runs count pipelines and items, not read speed, so each should cost little.
+ONE_CASE_PLAN = {
+    "name": "one-case",
+    "variants": [{"kind": "original"}],
+    "patterns": {"grid": ["timeseries-point"], "granule": []},
+    "readers": {"hdf5": ["h5py-s3fs-aligned"], "zarr": []},
+    "platforms": ["local-lambda"],
+    "repetitions": 1,
+    "max_concurrency": 1,
+}
+
 
 class TreeMemory(threading.Thread):
     """Peak memory of process trees, sampled every ``interval`` seconds until ``stop()``.
