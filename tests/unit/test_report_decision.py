@@ -111,3 +111,17 @@ def test_results_whose_values_did_not_check_out_do_not_count():
     result = decide(bad)
     assert result["platforms"]["lambda-1769"]["patterns"]["timeseries-point"]["best_variant"] == "zarr-bal"
     assert result["results_excluded"] == 12
+
+
+def test_results_with_nothing_to_check_count_and_wrong_values_do_not():
+    # A user's own file: values cannot be regenerated, so every check is None (not False).
+    unchecked = [{**r, "checksum_ok": None} for r in records()]
+    result = decide(unchecked)
+    assert result["sentence"].startswith("On lambda-1769, keep zarr-bal")
+    assert result["results_counted"] == len(unchecked) and result["results_excluded"] == 0
+    # Values checked and found wrong: the fastest variant for maps is ignored, and counted as excluded.
+    wrong = [{**r, "checksum_ok": False} if r["variant"] == "zarr-map" else r for r in records()]
+    result = decide(wrong)
+    maps = result["platforms"]["lambda-1769"]["patterns"]["map-timestep"]
+    assert maps["best_variant"] != "zarr-map"
+    assert result["results_excluded"] == sum(1 for r in wrong if r["checksum_ok"] is False)

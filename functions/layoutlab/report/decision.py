@@ -44,11 +44,26 @@ class MixError(UserError):
 
 
 # -- medians -------------------------------------------------------------------
+def measured(record: dict) -> bool:
+    """A result that may be ranked: a RESULT that ran and whose values did not fail their check.
+
+    ``checksum_ok`` is None when there was nothing to check against: a listing
+    (granule-open-list), or a user's own file whose values cannot be regenerated.
+    Those count; only values that were checked and found wrong (False) do not.
+    """
+    return (record.get("kind", "RESULT") == "RESULT" and record.get("status", "ok") == "ok"
+            and record.get("checksum_ok") is not False)
+
+
+def wrong_values(record: dict) -> bool:
+    """A result whose values were checked and did not match the source: never ranked."""
+    return record.get("kind", "RESULT") == "RESULT" and record.get("checksum_ok") is False
+
+
 def good_results(records: list[dict]) -> list[dict]:
-    """Result records that count: kind RESULT, values checked out, a wall time, not a scaling study."""
+    """Result records that count: measured, a wall time, not a scaling study."""
     return [r for r in records
-            if r.get("kind", "RESULT") == "RESULT" and r.get("checksum_ok", False)
-            and r.get("pattern") != SCALING_PATTERN and r.get("wall_s") is not None]
+            if measured(r) and r.get("pattern") != SCALING_PATTERN and r.get("wall_s") is not None]
 
 
 def median_field(records: list[dict], field: str) -> dict[tuple, float]:
@@ -271,8 +286,8 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
         "dataset": datasets[0] if datasets else None,
         "mix": mix,
         "results_counted": len(good_results(records)),
-        "results_excluded": sum(1 for r in records
-                                if r.get("kind", "RESULT") == "RESULT" and not r.get("checksum_ok", False)),
+        "results_excluded": sum(1 for r in records if wrong_values(r) or (
+            r.get("kind", "RESULT") == "RESULT" and r.get("status", "ok") != "ok")),
         "platforms": platforms,
         "primary_platform": primary,
         "sentence": platforms[primary]["sentence"] if primary else "No result checked out: nothing to recommend.",

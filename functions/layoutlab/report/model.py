@@ -35,6 +35,7 @@ from collections import defaultdict
 import numpy as np
 
 from layoutlab.errors import UserError
+from layoutlab.report.decision import measured
 
 FEATURES = ("intercept", "requests", "mib", "mpoints")
 GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "map-time-mean")
@@ -64,8 +65,7 @@ def features(requests: float, nbytes: float, points: float) -> list[float]:
 
 
 def _usable(record: dict) -> bool:
-    return (record.get("kind", "RESULT") == "RESULT" and record.get("checksum_ok")
-            and record.get("wall_s") is not None and record.get("requests") is not None
+    return (measured(record) and record.get("wall_s") is not None and record.get("requests") is not None
             and record.get("bytes_transferred") is not None and record.get("points") is not None)
 
 

@@ -38,6 +38,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from layoutlab import observability as obs  # noqa: E402
+from layoutlab.report.decision import measured  # noqa: E402
 
 HEATMAP_PATTERNS = ("timeseries-point", "map-timestep")
 PRODUCT = "time-series × map"
@@ -54,7 +55,7 @@ def metric_label(spec: obs.MetricSpec, unit: str) -> str:
 def _median_by(records: list[dict], field: str, keys: tuple[str, ...]) -> dict[tuple, float]:
     values: dict[tuple, list[float]] = defaultdict(list)
     for r in records:
-        if r.get("kind", "RESULT") != "RESULT" or not r.get("checksum_ok") or r.get(field) is None:
+        if not measured(r) or r.get(field) is None:
             continue
         values[tuple(r[k] for k in keys)].append(float(r[field]))
     return {k: statistics.median(v) for k, v in values.items()}

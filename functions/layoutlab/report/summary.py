@@ -21,8 +21,8 @@ from collections import defaultdict
 # the names stay importable from here for existing callers.
 from layoutlab.report.decision import (  # noqa: F401
     MAP_PATTERNS, SCALING_PATTERN, TIMESERIES_PATTERNS, balanced_product as _balanced_product,
-    best_readers, median_times as _median_times, min_worst_slowdown as _min_worst_slowdown,
-    pattern_winners, times_by_pattern,
+    best_readers, measured, median_times as _median_times, min_worst_slowdown as _min_worst_slowdown,
+    pattern_winners, times_by_pattern, wrong_values,
 )
 
 
@@ -41,11 +41,11 @@ def summarize(dataset_id: str, records: list[dict]) -> dict:
             "balanced_product": _balanced_product(by_pattern),
             "min_worst_slowdown": _min_worst_slowdown(by_pattern),
         }
-    failed = sum(1 for r in records if r.get("kind", "RESULT") == "RESULT" and not r.get("checksum_ok", False))
+    failed = sum(1 for r in records if wrong_values(r) or (r.get("kind", "RESULT") == "RESULT" and r.get("status", "ok") != "ok"))
     return {
         "scaling": scaling(records),
         "dataset": dataset_id,
-        "results_counted": sum(1 for r in records if r.get("checksum_ok")),
+        "results_counted": sum(1 for r in records if measured(r)),
         "results_excluded": failed,
         "platforms": platforms,
     }
@@ -61,7 +61,7 @@ def scaling(records: list[dict]) -> dict:
     """
     groups: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        if r.get("pattern") != SCALING_PATTERN or not r.get("checksum_ok"):
+        if r.get("pattern") != SCALING_PATTERN or not measured(r):
             continue
         params = r.get("pattern_params") or {}
         key = (r["platform"], r["variant"], params.get("scaling", "strong"), int(params.get("workers", 1)))
