@@ -4,7 +4,7 @@ and a granule dataset (original and paged, one pattern). Times follow a simple l
 and bytes (so the read-time model can fit them) with the paper's trade-off: long time chunks
 win time series, whole-map chunks win maps.
 
-Loaded by path (tests/ is not a package): ``load_report_records()`` in the test modules.
+Imported as ``report_records`` (pytest puts tests/ on the path: pyproject's ``pythonpath``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ load-time script appended (it records each <img>'s decoded size into the DOM), a
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import os
 import re
@@ -21,14 +20,8 @@ import pytest
 from PIL import Image, ImageStat
 
 from layoutlab.report.html import write_report
+import report_records as rr  # tests/report_records.py (pytest pythonpath)
 
-
-def _records_module():
-    path = Path(__file__).resolve().parents[1] / "report_records.py"
-    spec = importlib.util.spec_from_file_location("report_records", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _chromium() -> str:
@@ -63,7 +56,6 @@ window.addEventListener("load", () => {
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
-    rr = _records_module()
     folder = tmp_path_factory.mktemp("browser")
     return write_report(rr.all_items(), folder / "report.html", source="hand-built").html
 

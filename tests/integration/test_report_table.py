@@ -3,26 +3,17 @@ store code as `layoutlab results`, and reports every dataset in it, or one."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 from layoutlab import cli
 from layoutlab.results.store import ResultsStore
+import report_records as rr  # tests/report_records.py (pytest pythonpath)
 
 TABLE = "layoutlab-reporttest-results"
 
 
-def _records_module():
-    path = Path(__file__).resolve().parents[1] / "report_records.py"
-    spec = importlib.util.spec_from_file_location("report_records", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_report_from_the_results_table(cloud, tmp_path, capsys):
-    rr = _records_module()
     store = ResultsStore(table_name=TABLE, endpoint_url=cloud.moto_endpoint)
     store.create_table()
     for item in rr.all_items():

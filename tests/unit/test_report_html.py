@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import base64
 import html as std_html
-import importlib.util
 import io
 import json
 import re
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -17,17 +15,10 @@ from PIL import Image
 from layoutlab import cli
 from layoutlab import observability as obs
 from layoutlab.report import decision, html, model, plots
+import report_records as rr  # tests/report_records.py (pytest pythonpath)
 
 
-def _records_module():
-    path = Path(__file__).resolve().parents[1] / "report_records.py"
-    spec = importlib.util.spec_from_file_location("report_records", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-rr = _records_module()
 
 
 def _grid():
