@@ -8,12 +8,21 @@ reason, with exit status 2; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
-import sys
+import os
 
-from layoutlab import __version__, commands
+# Before anything imports numpy: its bundled OpenBLAS starts a worker thread per extra
+# core at import (~0.09 s of CPU on 2 cores, and a pthread_atfork shutdown on every fork, e.g.
+# layoutlab.guard's). No command does linear algebra worth threads (report/model.py
+# fits a handful of points). OPENBLAS_NUM_THREADS alone is enough (OMP_NUM_THREADS,
+# which other libraries read too, is left alone); a value the user has set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
+
+from layoutlab import __version__, commands  # noqa: E402
 from layoutlab.errors import UserError
 
 

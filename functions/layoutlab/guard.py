@@ -19,6 +19,7 @@ standard pieces used are ``os.fork``, ``select`` and ``pickle``.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -68,7 +69,21 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
         return fn(*args, **kwargs)
     stall = DEFAULT_STALL_SECONDS if stall_seconds is None else float(stall_seconds)
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    # Objects that exist before the fork go to the collector's permanent generation:
+    # the child's collections then neither scan them nor write to their pages (which
+    # would copy them, page by page, from the parent).
+    unfreeze = gc.get_freeze_count() == 0  # (leave a caller's own frozen objects frozen)
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except BaseException:
+        if unfreeze:
+            gc.unfreeze()
+        os.close(read_end)
+        os.close(write_end)
+        raise
+    if pid != 0 and unfreeze:
+        gc.unfreeze()  # the parent collects as before
     if pid == 0:  # the child: do the work, send one pickled answer, leave without cleanup handlers
         os.close(read_end)
         try:
