@@ -47,7 +47,9 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--verify", action="store_true", help="compare decoded data and attributes of IN and OUT")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.set_defaults(func=run)
+    # Nothing is left open or unwritten once run() returns: the program may end without
+    # the interpreter's teardown (layoutlab.cli.main).
+    parser.set_defaults(func=run, exit_without_teardown=True)
 
 
 def run(args) -> int:
