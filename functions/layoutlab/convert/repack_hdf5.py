@@ -357,7 +357,7 @@ class _Repacker:
         # Low-level calls only: this runs for every attribute (~6,000 in an
         # ATL03 granule) and h5py's high-level dtype translation dominates otherwise.
         # Attributes are opened by position (no name listing, no name lookup).
-        count = h5py.h5o.get_info(oid).num_attrs
+        count = _attribute_count(oid)
         if not count:
             return
         plist = create_plist if create_plist is not None else oid.get_create_plist()
@@ -689,6 +689,14 @@ def _scale_length(scale: h5py.Dataset) -> int:
 def _address(obj) -> tuple[int, int]:
     info = h5py.h5o.get_info(obj.id)
     return (info.fileno, info.addr)
+
+
+def _attribute_count(oid) -> int:
+    """Number of attributes of an object: H5Aget_num_attrs reads only that (~4 µs), where
+    H5Oget_info fills in every field of the object's info (~14 µs; ~1,200 objects per granule)."""
+    if hasattr(h5py.h5a, "get_num_attrs"):  # (a deprecated call: HDF5 may be built without it)
+        return h5py.h5a.get_num_attrs(oid)
+    return h5py.h5o.get_info(oid).num_attrs
 
 
 def _join(parent: str, name: str) -> str:
