@@ -18,13 +18,13 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
     items = store.items(dataset=dataset_id)
     results = [i for i in items if i["kind"] == "RESULT"]
     failures = [i for i in items if i["kind"] == "FAILURE"]
-    summary = summarize(dataset_id, results)
     planned = (state.get("plan") or {}).get("cases", {}).get("count")
     bench_failures = [f for f in failures if f.get("stage") == "bench"]
     variants = {i["variant"]: i for i in items if i["kind"] == "VARIANT"}
     # The recommendation the report page opens with; the page itself (matplotlib) is built
     # by `layoutlab report`, outside the Lambda layer's size limit.
     decided = decide(results, variants=variants)
+    summary = summarize(dataset_id, results, decided)
     summary.update(
         recommendation=decided["sentence"],
         pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},

@@ -17,30 +17,22 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-# The measures live in decision.py (the report and `layoutlab report` use them too);
-# the names stay importable from here for existing callers.
-from layoutlab.report.decision import (  # noqa: F401
-    MAP_PATTERNS, SCALING_PATTERN, TIMESERIES_PATTERNS, balanced_product as _balanced_product,
-    best_readers, measured, median_times as _median_times, min_worst_slowdown as _min_worst_slowdown,
-    pattern_winners, times_by_pattern, wrong_values,
-)
+# The measures live in decision.py (the report and `layoutlab report` use the same ones).
+from layoutlab.report.decision import SCALING_PATTERN, decide, measured, wrong_values
 
 
-def summarize(dataset_id: str, records: list[dict]) -> dict:
-    best = best_readers(_median_times(records))
-    platforms: dict[str, dict] = {}
-    for platform in sorted({k[0] for k in best}):
-        by_pattern = times_by_pattern(best, platform)
-        patterns = {}
-        for pattern, walls in sorted(by_pattern.items()):
-            entry = pattern_winners(walls)
-            patterns[pattern] = {"best_variant": entry["best_variant"],
-                                 "best_reader": best[(platform, pattern, entry["best_variant"])][1], **entry}
-        platforms[platform] = {
-            "patterns": patterns,
-            "balanced_product": _balanced_product(by_pattern),
-            "min_worst_slowdown": _min_worst_slowdown(by_pattern),
+def summarize(dataset_id: str, records: list[dict], decided: dict | None = None) -> dict:
+    """The dataset's summary; ``decided`` is ``decision.decide(records, ...)`` when the caller has it."""
+    decided = decided if decided is not None else decide(records)
+    platforms = {
+        platform: {
+            "patterns": {pattern: {k: v for k, v in entry.items() if k != "by_reader"}
+                         for pattern, entry in result["patterns"].items()},
+            "balanced_product": result["balanced_product"],
+            "min_worst_slowdown": result["min_worst_slowdown"],
         }
+        for platform, result in decided["platforms"].items()
+    }
     failed = sum(1 for r in records if wrong_values(r) or (r.get("kind", "RESULT") == "RESULT" and r.get("status", "ok") != "ok"))
     return {
         "scaling": scaling(records),
