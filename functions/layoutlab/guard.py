@@ -143,6 +143,9 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
         if cleanup is not None:
             cleanup(pid)
         name = signal.Signals(os.WTERMSIG(status)).name
+        if os.WTERMSIG(status) == signal.SIGKILL:  # not a crash: the kernel's OOM killer or an operator
+            raise GuardedCallFailed(f"{path}: the worker process was killed (SIGKILL: out of memory, or stopped "
+                                    "from outside); the file is not known to be damaged")
         raise BadInputFile(path, f"the HDF5 library crashed reading it ({name}); the file is probably damaged")
     if not data:
         raise GuardedCallFailed(f"{path}: the worker process ended without an answer (exit status "
@@ -152,6 +155,8 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
         return answer[1]
     if answer[0] == "user_error":
         raise answer[1]
+    if answer[1].startswith("MemoryError"):  # over the memory limit: the caller (and Step Functions' Retry) must see it
+        raise MemoryError(f"{path}: {answer[1]} (in the worker process)")
     raise GuardedCallFailed(f"{answer[1]}\n--- in the worker process ---\n{answer[2]}")
 
 

@@ -36,6 +36,14 @@ def fail():
     raise ValueError("a bug")
 
 
+def run_out_of_memory():
+    raise MemoryError("Unable to allocate 16.0 GiB")
+
+
+def killed_from_outside():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def test_a_spinning_call_is_stopped_and_named(tmp_path):
     removed = []
     with pytest.raises(BadInputFile, match=r"^f\.h5: the HDF5 library spun for 1 s") as raised:
@@ -66,3 +74,10 @@ def test_without_the_guard_the_call_runs_in_process(monkeypatch):
     assert run_guarded(os.getpid, path="x") == os.getpid()
     monkeypatch.delenv("LAYOUTLAB_NO_GUARD")
     assert run_guarded(os.getpid, path="x") != os.getpid()
+
+
+def test_running_out_of_memory_is_not_blamed_on_the_file():
+    with pytest.raises(MemoryError, match=r"^x\.h5: MemoryError: Unable to allocate 16.0 GiB"):
+        run_guarded(run_out_of_memory, path="x.h5")
+    with pytest.raises(GuardedCallFailed, match="killed .SIGKILL: out of memory"):
+        run_guarded(killed_from_outside, path="x.h5")
