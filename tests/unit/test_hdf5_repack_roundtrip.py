@@ -19,6 +19,20 @@ from layoutlab.errors import BadInputFile, UserError
 PAGE = 1 << 20  # 1 MiB pages keep test files small
 
 
+@pytest.fixture(autouse=True, params=["c-loops", "python-loops"])
+def copy_loops(request, monkeypatch):
+    """Every case runs twice: with the chunk/attribute loops in C (_fastcopy.c) and with the Python
+    loops a machine without a C compiler uses. Both must give the same file."""
+    if request.param == "python-loops":
+        monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
+    elif not repack_hdf5.fastcopy.available():
+        reason = f"C loops unavailable: {repack_hdf5.fastcopy.unavailable_reason()}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return request.param
+
+
 def roundtrip(tmp_path, write, **options):
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     with h5py.File(src, "w", **options.pop("file_options", {})) as f:

@@ -1,0 +1,83 @@
+"""The C loops of repack (_fastcopy.c) write the same file as the Python loops, and are used."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from layoutlab.convert import fastcopy, repack_hdf5
+from layoutlab.convert.repack_hdf5 import repack
+from layoutlab.samples import atl03, geos
+
+PAGE = 1 << 20
+
+
+@pytest.fixture
+def c_loops():
+    if not fastcopy.available():
+        reason = f"C loops unavailable: {fastcopy.unavailable_reason()}"
+        if os.environ.get("CI"):  # CI installs with a compiler: the extension must have been built
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _h5dump(path) -> str:
+    """Header, creation properties and every value, as h5dump prints them (file name line dropped)."""
+    if not shutil.which("h5dump"):
+        pytest.skip("h5dump not installed (make sysdeps installs hdf5-tools)")
+    text = subprocess.run(["h5dump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
+    return text.split("\n", 1)[1]
+
+
+@pytest.mark.parametrize("sample", ["atl03", "geos"])
+def test_c_and_python_loops_write_the_same_file(tmp_path, monkeypatch, c_loops, sample):
+    src = tmp_path / f"{sample}.h5"
+    if sample == "atl03":
+        atl03.write_atl03(src, photons=30_000)
+    else:
+        geos.write_geos(src, shape=(24, 91, 144))
+    fast = repack(src, tmp_path / "c.h5", page_size=PAGE)
+    monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
+    slow = repack(src, tmp_path / "python.h5", page_size=PAGE)
+    assert _h5dump(tmp_path / "c.h5") == _h5dump(tmp_path / "python.h5")
+    assert (fast.attributes, fast.datasets, fast.chunks_copied_raw) == (slow.attributes, slow.datasets,
+                                                                        slow.chunks_copied_raw)
+    assert fast.chunks_copied_raw > 0 and fast.attributes > 0
+    assert (tmp_path / "c.h5").stat().st_size == (tmp_path / "python.h5").stat().st_size
+
+
+def test_progress_counts_every_stored_byte_once(tmp_path, c_loops):
+    src = tmp_path / "in.h5"
+    rng = np.random.default_rng(1)
+    with h5py.File(src, "w") as f:
+        for name in ("a", "b"):
+            f.create_dataset(name, data=rng.normal(size=(4000, 500)).astype("f4"), chunks=(100, 500),
+                             compression="gzip")
+        stored = sum(f[name].id.get_storage_size() for name in ("a", "b"))
+    reported = []
+    repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
+    # stored bytes (gaps between neighbouring chunks included: none here), in 16 MiB-or-less steps
+    assert sum(reported) == stored
+    assert len(reported) >= 2 and max(reported) < 17 << 20
+
+
+def test_chunks_that_cannot_be_read_raise_oserror_and_write_nothing(tmp_path, c_loops):
+    """The C loop's read error is an OSError (repack turns those into "cannot be read completely")."""
+    src, empty = tmp_path / "in.h5", tmp_path / "empty"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=np.arange(100_000, dtype="f8"), chunks=(10_000,))
+    empty.write_bytes(b"")
+    fd = os.open(empty, os.O_RDONLY)
+    try:
+        with h5py.File(src, "r") as f, h5py.File(tmp_path / "out.h5", "w") as out:
+            target = out.create_dataset("x", shape=(100_000,), dtype="f8", chunks=(10_000,))
+            with pytest.raises(OSError, match="beyond the end of the file"):
+                fastcopy.copy_chunks(f["x"].id, target.id, fd, 1, 1 << 20, 64 << 10)
+            assert target.id.get_num_chunks() == 0
+    finally:
+        os.close(fd)
