@@ -278,6 +278,9 @@ class ComputeStack(Stack):
         policy.allow_objects(role, outputs, [variants], actions)
         policy.allow_list(role, outputs, [variants])
         policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
+        if write:
+            # a fanned-out rechunk's publish step reads its work units' records back (Query)
+            policy.allow(role, ["dynamodb:Query"], [self._results_arn])
 
     def _summarize_permissions(self, role: iam.IRole) -> None:
         from .data_stack import PATTERN_INDEX

@@ -53,15 +53,15 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         from layoutlab.convert.rechunk_zarr import load_plan, run_unit
 
         done = run_unit(load_plan(spec["uri"]), int(task["work_unit"]["k"]))
-        store.add_variant_work(dataset_id, spec["name"], done["seconds"], done["bytes"])
+        store.record_unit_work(dataset_id, spec["name"], int(task["work_unit"]["k"]), done["seconds"], done["bytes"],
+                               skipped=bool(done.get("skipped")))
         return done
     if phase == "publish":
         from layoutlab.convert.rechunk_zarr import finalize, load_plan
 
         finalize(load_plan(spec["uri"]))
-        units = store.get_variant(dataset_id, spec["name"]) or {}
         # the work units' own times (summed over parallel tasks) are the conversion's compute time
-        detail = {k: units[k] for k in ("units_seconds", "units_done", "units_bytes") if k in units}
+        detail = store.unit_work(dataset_id, spec["name"])
     elif spec["format"] == "hdf5":
         detail = _repack(task, s3)
     else:

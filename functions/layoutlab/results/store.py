@@ -3,7 +3,8 @@
 Keys (strings):
   pk = ``DATASET#<dataset_id>``
   sk = ``RUN`` | ``VARIANT#<variant>`` | ``RESULT#<variant>#<pattern>#<reader>#<platform>#<rep>``
-       | ``SUMMARY`` | ``FAILURE#<stage>#<detail>``
+       | ``SUMMARY`` | ``FAILURE#<stage>#<detail>`` | ``UNIT#<variant>#<k>`` (a rechunk work
+       unit's seconds and bytes: one item per unit, so a retried unit counts once)
   and one item per uploaded key: pk = ``OBJECT#<bucket>/<key>``, sk = ``CURRENT`` —
        the key's current version (the one with the latest S3 ``sequencer`` seen),
        so an older version's event arriving late cannot start anything.
@@ -28,7 +29,7 @@ from typing import Iterable, Iterator
 from layoutlab.storage import aws_region
 
 PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "pattern_pk", "pattern_sk"
-KINDS = ("RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE", "OBJECT")
+KINDS = ("RUN", "VARIANT", "UNIT", "RESULT", "SUMMARY", "FAILURE", "OBJECT")
 TABLE_ENV = "LAYOUTLAB_RESULTS_TABLE"
 DEFAULT_TABLE = "layoutlab-results"
 
@@ -201,20 +202,35 @@ class ResultsStore:
              "dataset": dataset_id, "variant": variant, **fields}
         )
 
-    def add_variant_work(self, dataset_id: str, variant: str, seconds: float, nbytes: int) -> None:
-        """Add one rechunk work unit's time and bytes to its variant's totals.
+    def record_unit_work(self, dataset_id: str, variant: str, unit: int, seconds: float, nbytes: int,
+                         skipped: bool = False) -> None:
+        """Record what rechunk work unit ``unit`` of a variant did (its seconds and bytes).
 
-        Units run in parallel tasks, so the totals are atomic ADDs on the VARIANT item; the
-        publish step reads them back and records the variant's conversion time from them.
+        One item per unit, keyed by the unit: a task retried after its record (a Lambda
+        that timed out once the work was done, a redelivered Map item) overwrites it
+        instead of adding to a total. A retry that found the unit already done
+        (``skipped``) writes only when the unit has no record yet, so it never replaces
+        the working attempt's time with its own near-zero one.
         """
-        self.table.update_item(
-            Key={PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}"},
-            UpdateExpression="ADD units_seconds :s, units_done :one, units_bytes :b "
-                             "SET #kind = :kind, dataset = :d, variant = :v",
-            ExpressionAttributeNames={"#kind": "kind"},
-            ExpressionAttributeValues={":s": to_dynamo(float(seconds)), ":one": 1, ":b": int(nbytes),
-                                       ":kind": "VARIANT", ":d": dataset_id, ":v": variant},
-        )
+        item = to_dynamo({PK: dataset_pk(dataset_id), SK: f"UNIT#{variant}#{int(unit):06d}", "kind": "UNIT",
+                          "dataset": dataset_id, "variant": variant, "unit": int(unit),
+                          "seconds": float(seconds), "bytes": int(nbytes), "skipped": bool(skipped)})
+        if not skipped:
+            self.table.put_item(Item=item)
+            return
+        try:
+            self.table.put_item(Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except self.table.meta.client.exceptions.ConditionalCheckFailedException:
+            pass  # the unit's own record stays
+
+    def unit_work(self, dataset_id: str, variant: str) -> dict:
+        """Totals over the variant's work-unit records: ``units_seconds``, ``units_done``, ``units_bytes``."""
+        from boto3.dynamodb.conditions import Key
+
+        units = list(self._pages(self.table.query, KeyConditionExpression=Key(PK).eq(dataset_pk(dataset_id))
+                                 & Key(SK).begins_with(f"UNIT#{variant}#")))
+        return {"units_seconds": sum(float(u["seconds"]) for u in units), "units_done": len(units),
+                "units_bytes": sum(int(u["bytes"]) for u in units)}
 
     def get_variant(self, dataset_id: str, variant: str) -> dict | None:
         item = self.table.get_item(Key={PK: dataset_pk(dataset_id), SK: f"VARIANT#{variant}"}).get("Item")
