@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from layoutlab.errors import UserError
 from layoutlab.pipeline import plan as plans
+from layoutlab.guard import run_guarded
 from layoutlab.pipeline.facts import dataset_facts
 from layoutlab.storage import versioned_url
 
@@ -88,7 +89,9 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     # Pinned to the event's version: the key may have been overwritten since.
     source_url = versioned_url(source["bucket"], source["key"], source.get("version_id"))
     plan = plans.merge_plan(execution.get("plan"))
-    facts = dataset_facts(source_url)
+    # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
+    # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
+    facts = run_guarded(dataset_facts, source_url, path=source_url)
     if facts.kind == "other":
         raise UserError(f"{source_url}: holds neither a gridded (time, lat, lon) array nor ICESat-2-like beams; "
                         "layoutlab has no access patterns for it")
