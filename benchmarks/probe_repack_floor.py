@@ -6,7 +6,7 @@ Python command at all?" before anyone writes a whole repack engine in C. The
 measured process (``--copy``) imports neither numpy nor h5py: it loads h5py's
 libhdf5 with ctypes (found on disk, not imported), binds layoutlab's C chunk loop
 (``_fastcopy``) to it, creates the paged output (same file-creation and access
-settings as ``layoutlab repack``), creates the main variable with its unlimited
+settings as ``layoutlab repack``, and its disk reservation), creates the main variable with its unlimited
 axis fixed, and copies its stored chunks. It skips everything small (attributes,
 coordinate variables, references), so it is a lower bound for such an engine on
 this file, not a repack. Both it and ``h5repack -S PAGE -G`` run as fresh
@@ -59,6 +59,10 @@ def copy(src: str, dst: str, variable: str, page_size: int) -> None:
     h5.H5Pset_libver_bounds(i64(fapl), ctypes.c_int(2), ctypes.c_int(2))  # the 1.10 format, as repack
     source = h5.H5Fopen(src.encode(), ctypes.c_uint(0), i64(0))
     out = h5.H5Fcreate(dst.encode(), ctypes.c_uint(2), i64(fcpl), i64(fapl))
+    sys.path.insert(0, str(REPO / "functions"))
+    from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
+
+    reserved = preallocate(dst, expected_output_bytes(src, page_size))  # as layoutlab repack does
     dataset = h5.H5Dopen2(i64(source), variable.encode(), i64(0))
     dcpl, ftype, space = (h5.H5Dget_create_plist(i64(dataset)), h5.H5Dget_type(i64(dataset)),
                           h5.H5Dget_space(i64(dataset)))
@@ -82,6 +86,8 @@ def copy(src: str, dst: str, variable: str, page_size: int) -> None:
     _fastcopy.copy_chunks(dataset, target, fd, rank, 1 << 20, 64 << 10, None)
     for hid, close in ((target, "H5Dclose"), (dataset, "H5Dclose"), (out, "H5Fclose"), (source, "H5Fclose")):
         getattr(h5, close)(i64(hid))
+    if reserved is not None:
+        release_preallocation(reserved)
     os._exit(0)
 
 

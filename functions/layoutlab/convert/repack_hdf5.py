@@ -31,6 +31,7 @@ import h5py
 import numpy as np
 
 from layoutlab.convert import fastcopy
+from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, is_netcdf4
 
@@ -240,14 +241,14 @@ class _Repacker:
         # (a small slot table: every open dataset allocates nslots pointers up front)
         self.src_fd = os.open(self.src_path, os.O_RDONLY)
         self.dst = self._create_destination()
-        self.dst_fd = _preallocate(self.dst_path, _expected_output_bytes(self.src_path, self.page_size))
+        self.dst_fd = preallocate(self.dst_path, expected_output_bytes(self.src_path, self.page_size))
         return self
 
     def __exit__(self, *exc):
         try:
             self.dst.close()
             if self.dst_fd is not None:
-                _release_preallocation(self.dst_fd)
+                release_preallocation(self.dst_fd)
         finally:
             if self.dst_fd is not None:
                 os.close(self.dst_fd)
@@ -658,69 +659,6 @@ class _Repacker:
             self.dst_refs[dst_path] = h5py.h5r.create(self.dst.id, dst_path.encode("utf-8", "surrogateescape"),
                                                       h5py.h5r.OBJECT)
         return self.dst_refs[dst_path]
-
-
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02  # <linux/falloc.h>
-
-
-def _expected_output_bytes(src_path, page_size: int) -> int:
-    """What the output will about weigh: the input plus page rounding (+27% for 2.2 MB chunks in
-    8 MiB pages, measured; under 1% for small chunks). Over-estimating costs nothing (released at
-    the end), under-estimating only leaves the rest of the file to the usual allocation."""
-    return int(os.path.getsize(src_path) * 1.3) + 2 * page_size
-
-
-def _preallocate(path, nbytes: int) -> int | None:
-    """Reserve ``nbytes`` of disk for the output before HDF5 writes it; returns the descriptor
-    to release the unused part with (None where the file system or C library cannot).
-
-    Measured on ext4 (benchmarks/probe_repack_floor.py): writing 1 GB into preallocated
-    blocks instead of delayed allocation takes ~25% less kernel time, because each page
-    written then needs no block reservation. ``FALLOC_FL_KEEP_SIZE`` leaves the file's size
-    alone, so HDF5 sees the file it wrote; ``os.posix_fallocate`` cannot keep the size, hence
-    the C library's ``fallocate`` through ctypes.
-    """
-    if os.environ.get("LAYOUTLAB_PREALLOCATE", "1") == "0" or not hasattr(os, "ftruncate"):
-        return None
-    try:
-        import ctypes
-
-        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-        fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    except (OSError, AttributeError):  # not glibc/Linux
-        return None
-    fd = os.open(path, os.O_WRONLY)
-    if fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, nbytes) != 0:  # e.g. EOPNOTSUPP, or ENOSPC: write as usual
-        os.close(fd)
-        return None
-    return fd
-
-
-def _release_preallocation(fd: int) -> None:
-    """Give back the reserved blocks HDF5 did not write: past the file's end (a truncation frees
-    what lies past the new size; to the same size it may not, so one byte up, then back), and
-    inside it, where paging left the rest of a page unused (still "unwritten" extents, which
-    SEEK_HOLE reports as holes): punched out, so the output is as sparse as without the
-    preallocation (the GEOS-like file's 27% of page padding would otherwise take disk space)."""
-    size = os.fstat(fd).st_size
-    os.ftruncate(fd, size + 1)
-    os.ftruncate(fd, size)
-    import ctypes
-
-    fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    position = 0
-    while position < size:
-        try:
-            hole = os.lseek(fd, position, os.SEEK_HOLE)
-            if hole >= size:
-                break
-            data = os.lseek(fd, hole, os.SEEK_DATA)
-        except OSError:  # ENXIO: no data after the hole, up to the end
-            data = size
-        if fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, hole, data - hole) != 0:
-            return  # a file system that cannot punch: the blocks stay allocated, the file is right
-        position = data
 
 
 def _read_spans(located, max_gap=None, max_span=None):
