@@ -49,7 +49,7 @@ if pid == 0:
     os.execvp(sys.argv[1], sys.argv[1:])
 _, status, usage = os.wait4(pid, 0)
 print(json.dumps({"seconds": time.perf_counter() - started, "maxrss_kib": usage.ru_maxrss,
-                  "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                  "cpu_seconds": usage.ru_utime + usage.ru_stime, "user_seconds": usage.ru_utime,
                   "code": os.waitstatus_to_exitcode(status)}), file=sys.stderr)
 """
 
@@ -62,7 +62,7 @@ def measure(argv: list[str]) -> dict:
     status = json.loads(lines[-1])
     if status["code"] != 0:
         raise RuntimeError(f"{argv[0]} failed ({status['code']}): {chr(10).join(lines[-20:-1])}")
-    return {"seconds": status["seconds"], "cpu_seconds": status["cpu_seconds"],
+    return {"seconds": status["seconds"], "cpu_seconds": status["cpu_seconds"], "user_seconds": status["user_seconds"],
             "peak_rss_bytes": status["maxrss_kib"] * 1024, "stdout": result.stdout}
 
 

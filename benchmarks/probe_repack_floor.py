@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,14 +72,10 @@ def copy(src: str, dst: str, variable: str, page_size: int) -> None:
     if min(source, out, dataset, target) < 0:
         raise SystemExit("an HDF5 call failed")
 
-    sys.path.insert(0, str(REPO / "functions" / "layoutlab" / "convert"))
-    import _fastcopy  # the extension alone: importing the layoutlab package would not import h5py, but be exact
+    from layoutlab.convert import _fastcopy  # (neither this nor fastcopy's names import h5py)
+    from layoutlab.convert.fastcopy import FUNCTION_NAMES
 
-    names = ("H5Dchunk_iter", "H5Dwrite_chunk", "H5Aget_num_attrs", "H5Aopen_by_idx", "H5Aget_name", "H5Aget_type",
-             "H5Aget_space", "H5Acreate2", "H5Aread", "H5Awrite", "H5Aclose", "H5Tget_class", "H5Tdetect_class",
-             "H5Tis_variable_str", "H5Tcommitted", "H5Tget_size", "H5Tclose", "H5Sget_simple_extent_type",
-             "H5Sget_simple_extent_npoints", "H5Sclose")
-    _fastcopy.bind(tuple(ctypes.cast(getattr(h5, n), ctypes.c_void_p).value for n in names))
+    _fastcopy.bind(tuple(ctypes.cast(getattr(h5, n), ctypes.c_void_p).value for n in FUNCTION_NAMES))
     fd = os.open(src, os.O_RDONLY)
     _fastcopy.copy_chunks(dataset, target, fd, rank, 1 << 20, 64 << 10, None)
     for hid, close in ((target, "H5Dclose"), (dataset, "H5Dclose"), (out, "H5Fclose"), (source, "H5Fclose")):
@@ -89,26 +83,6 @@ def copy(src: str, dst: str, variable: str, page_size: int) -> None:
     if reserved is not None:
         release_preallocation(reserved)
     os._exit(0)
-
-
-LAUNCHER = """
-import json, os, sys, time
-started = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    os.execvp(sys.argv[1], sys.argv[1:])
-_, status, usage = os.wait4(pid, 0)
-print(json.dumps({"seconds": time.perf_counter() - started, "code": os.waitstatus_to_exitcode(status),
-                  "cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime}))
-"""
-
-
-def run(argv) -> dict:
-    out = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *argv], capture_output=True, text=True)
-    status = json.loads(out.stdout.strip().splitlines()[-1])
-    if status["code"]:
-        raise SystemExit(f"{argv[0]} failed: {out.stderr[-2000:]}")
-    return status
 
 
 def main() -> int:
@@ -130,6 +104,9 @@ def main() -> int:
         "layoutlab": [sys.executable, "-m", "layoutlab.cli", "repack", args.input, str(out_probe),
                       "--page-size", str(args.page_size)],
     }
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_repack import measure  # fresh process, wall and CPU times from the kernel's rusage
+
     times: dict[str, list] = {name: [] for name in tools}
     for _ in range(args.repeat):
         for name, argv in tools.items():
@@ -139,7 +116,7 @@ def main() -> int:
                 while stream.read(64 << 20):
                     pass
             os.sync()
-            times[name].append(run(argv))
+            times[name].append(measure(argv))
     for stale in (out_probe, out_ref):
         stale.unlink(missing_ok=True)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}  {args.input}  {args.repeat} alternating runs, load {os.getloadavg()[0]:.2f}")
@@ -149,7 +126,7 @@ def main() -> int:
         med, best = statistics.median(walls), walls[0]
         ratio = "" if name == "h5repack" else (f"  ratio median {med / statistics.median(r['seconds'] for r in ref):.2f}"
                                                f" best {best / min(r['seconds'] for r in ref):.2f}")
-        print(f"  {name:10s} median {med:.3f} s  best {best:.3f} s  user {statistics.median(r['user'] for r in runs):.3f} s"
+        print(f"  {name:10s} median {med:.3f} s  best {best:.3f} s  user {statistics.median(r['user_seconds'] for r in runs):.3f} s"
               f"{ratio}   all: {' '.join(f'{w:.2f}' for w in walls)}")
     return 0
 

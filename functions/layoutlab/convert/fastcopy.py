@@ -11,9 +11,6 @@ from __future__ import annotations
 import ctypes
 import os
 
-import h5py
-from h5py._objects import phil  # h5py's lock around every call into the library (it is not thread-safe)
-
 # In the order of the function table in _fastcopy.c.
 FUNCTION_NAMES = (
     "H5Dchunk_iter", "H5Dwrite_chunk", "H5Aget_num_attrs", "H5Aopen_by_idx", "H5Aget_name", "H5Aget_type",
@@ -24,10 +21,12 @@ FUNCTION_NAMES = (
 
 _module = None
 _unavailable_reason: str | None = None
+_phil = None  # h5py's lock around every call into the library (it is not thread-safe)
 
 
 def _load():
-    global _module, _unavailable_reason
+    # (h5py is imported here, not at the top: FUNCTION_NAMES serves a probe that must not import it)
+    global _module, _unavailable_reason, _phil
     if _module is not None or _unavailable_reason is not None:
         return
     if os.environ.get("LAYOUTLAB_FASTCOPY", "1") == "0":
@@ -38,6 +37,9 @@ def _load():
     except ImportError as error:
         _unavailable_reason = f"not built ({error})"
         return
+    import h5py
+    from h5py._objects import phil
+
     try:
         # dlsym through one of h5py's own extension modules finds the libhdf5 *it*
         # links (other packages may bring their own copy, e.g. netCDF4's wheel).
@@ -47,7 +49,7 @@ def _load():
     except (OSError, AttributeError, ValueError) as error:
         _unavailable_reason = f"cannot bind to h5py's HDF5 library ({error})"
         return
-    _module = _fastcopy
+    _module, _phil = _fastcopy, phil
 
 
 def available() -> bool:
@@ -64,12 +66,12 @@ def copy_chunks(src_dset_id, dst_dset_id, src_fd: int, rank: int, span_bytes: in
                 progress=None) -> tuple[int, int]:
     """Every stored chunk of the source dataset written unchanged into the destination (same chunk
     shape); returns (chunks, bytes read). See copy_chunks in _fastcopy.c."""
-    with phil:
+    with _phil:
         return _module.copy_chunks(src_dset_id.id, dst_dset_id.id, src_fd, rank, span_bytes, max_gap, progress)
 
 
 def copy_plain_attributes(src_id, dst_id, index_type: int, start: int) -> tuple[int, int]:
     """Attributes from position ``start`` copied in order until one that is not plain; returns
     (its position or the count, attributes copied). See copy_plain_attributes in _fastcopy.c."""
-    with phil:
+    with _phil:
         return _module.copy_plain_attributes(src_id.id, dst_id.id, index_type, start)

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from layoutlab.errors import UserError
-from layoutlab.pipeline import plan as plans
 from layoutlab.guard import run_guarded
+from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline.facts import dataset_facts
 from layoutlab.storage import versioned_url
 

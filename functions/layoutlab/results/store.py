@@ -225,10 +225,7 @@ class ResultsStore:
 
     def unit_work(self, dataset_id: str, variant: str) -> dict:
         """Totals over the variant's work-unit records: ``units_seconds``, ``units_done``, ``units_bytes``."""
-        from boto3.dynamodb.conditions import Key
-
-        units = list(self._pages(self.table.query, KeyConditionExpression=Key(PK).eq(dataset_pk(dataset_id))
-                                 & Key(SK).begins_with(f"UNIT#{variant}#")))
+        units = [u for u in self.items(dataset=dataset_id, kind="UNIT") if u["variant"] == variant]
         return {"units_seconds": sum(float(u["seconds"]) for u in units), "units_done": len(units),
                 "units_bytes": sum(int(u["bytes"]) for u in units)}
 
