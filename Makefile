@@ -40,7 +40,7 @@ sysdeps:
 # (the editable install also compiles repack's C loops, functions/layoutlab/convert/_fastcopy.c,
 # in place; and byte-compiles the package as a regular install does: without .pyc files every
 # command would compile its modules again at each start, ~15 ms for `layoutlab repack`)
-$(VENV)/.installed-$(EXTRAS): pyproject.toml functions/layoutlab/convert/_fastcopy.c
+$(VENV)/.installed-$(EXTRAS): pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'

@@ -108,7 +108,9 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int) ->
             os.sync()
             result = measure(argv)
             if tool == "layoutlab":
-                result["in_process_seconds"] = json.loads(result["stdout"])["seconds"]
+                written = json.loads(result["stdout"])
+                result["in_process_seconds"], result["engine"] = written["seconds"], written["engine"]
+                result["engine_notes"] = written["notes"]
             result.pop("stdout")
             result["output_bytes"] = (ours_out if tool == "layoutlab" else ref_out).stat().st_size
             runs[tool].append(result)
@@ -201,7 +203,8 @@ def main(argv=None) -> int:
             ratio = f"{row['time_ratio']:.2f}" if tool == "layoutlab" else ""
             print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<10}{r['median_seconds']:>8.2f}"
                   f"{ratio:>7}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
-        print(f"{'':<33}(layoutlab in-process {row['layoutlab']['median_in_process_seconds']:.2f} s, "
+        engines = sorted({r["engine"] for r in row["runs"]["layoutlab"]})
+        print(f"{'':<33}(layoutlab {'/'.join(engines)} engine, in-process {row['layoutlab']['median_in_process_seconds']:.2f} s, "
               f"ratio {row['in_process_time_ratio']:.2f}; best-of-{row['repeat']} ratio "
               f"{row['best_time_ratio']:.2f}; CPU-time ratio {row['cpu_time_ratio']:.2f})")
     if memory:

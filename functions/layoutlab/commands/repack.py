@@ -53,7 +53,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from layoutlab.convert.repack_hdf5 import parse_chunk_spec, parse_size, repack
+    # (not repack_hdf5: that imports h5py and numpy, which the native engine does without)
+    from layoutlab.convert.repack_common import parse_chunk_spec, parse_size
+    from layoutlab.convert.repack_native import repack
     from layoutlab.errors import UserError
     from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
 
@@ -65,9 +67,9 @@ def run(args) -> int:
         raise UserError(str(error)) from None
     from pathlib import Path
 
-    from layoutlab.convert.repack_hdf5 import check_input, partial_output_remover
+    from layoutlab.convert.repack_common import check_signature, partial_output_remover
 
-    check_input(args.input)  # bad input: one line, before any progress bar is drawn
+    check_signature(args.input)  # not HDF5 at all: one line, before any progress bar is drawn
     total = Path(args.input).stat().st_size
     options = dict(page_size=page_size, target_chunk_bytes=target, chunks=chunks, verify=args.verify,
                    path=args.input, cleanup=partial_output_remover(args.output))
@@ -82,7 +84,8 @@ def run(args) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
     print(f"wrote {summary.output}: {summary.output_bytes / 1e6:.1f} MB from {summary.input_bytes / 1e6:.1f} MB "
-          f"({summary.size_overhead:+.1%}) in {summary.seconds:.2f} s, {summary.page_size // 1024} KiB pages")
+          f"({summary.size_overhead:+.1%}) in {summary.seconds:.2f} s, {summary.page_size // 1024} KiB pages, "
+          f"{summary.engine} engine")
     print(f"  {summary.datasets} datasets, {summary.groups} groups, {summary.attributes} attributes; "
           f"{summary.chunks_copied_raw} chunks copied without decoding")
     for label, items in (("COMPACT -> CONTIGUOUS", summary.compact_to_contiguous),
@@ -91,6 +94,8 @@ def run(args) -> int:
                          ("rechunked", list(summary.rechunked))):
         if items:
             print(f"  {label}: {len(items)} ({', '.join(items[:3])}{', ...' if len(items) > 3 else ''})")
+    for note in summary.notes:
+        print(f"  note: {note}")
     if summary.verified:
         print(f"  verified: decoded data and attributes identical ({summary.verify_seconds:.2f} s)")
     return 0

@@ -1,4 +1,5 @@
-/* The two per-object loops of `layoutlab repack` in C: stored chunks and plain attributes.
+/* layoutlab repack's C code: the stored-chunk and plain-attribute loops (used by the
+ * Python engine, repack_hdf5.py) and the whole native engine (_native_repack.c).
  *
  * Why by hand: h5py offers one Python call per chunk (read_direct_chunk /
  * write_direct_chunk) and several per attribute, and on an ATL03 granule
@@ -7,88 +8,65 @@
  * dataspace and layout: unlimited dimensions and COMPACT datasets would stay),
  * and no library offers "copy the stored chunks of one dataset into another".
  *
- * The module calls the HDF5 library h5py already loaded (no second copy of
- * libhdf5, identifiers shared with h5py): Python resolves the functions there
- * with ctypes and hands their addresses to bind(). So it needs no HDF5 headers;
- * the few types and prototypes below follow HDF5's public API (H5Dpublic.h,
- * H5Apublic.h), unchanged from 1.12.3 / 1.14 to 2.0.
+ * The module calls the HDF5 library h5py links (no second copy of libhdf5,
+ * identifiers shared with h5py), found with load(); the declarations are in
+ * _hdf5_api.h.
  *
- * Callers hold h5py's lock (h5py._objects.phil) around every call, as h5py does
- * around its own calls into the library.
+ * Callers hold h5py's lock (h5py._objects.phil) around every call when h5py is
+ * imported, as h5py does around its own calls into the library.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef int64_t hid_t;
-typedef int herr_t;
-typedef int htri_t;
-typedef uint64_t hsize_t;
-typedef int64_t hssize_t;
-typedef uint64_t haddr_t;
+#include "_hdf5_api.h"
 
-enum { H5P_DEFAULT = 0 };
-enum { H5_ITER_INC = 0 };
-enum { H5S_NULL = 2 };
-enum { H5T_STRING = 3, H5T_COMPOUND = 6, H5T_REFERENCE = 7, H5T_VLEN = 9, H5T_ARRAY = 10 };
-
-typedef int (*chunk_iter_op)(const hsize_t *offset, unsigned filter_mask, haddr_t addr, hsize_t size, void *op_data);
-
-/* The library's functions, in the order bind() receives their addresses (FUNCTION_NAMES in fastcopy.py). */
-static struct {
-    herr_t (*Dchunk_iter)(hid_t dset, hid_t dxpl, chunk_iter_op op, void *op_data);
-    herr_t (*Dwrite_chunk)(hid_t dset, hid_t dxpl, uint32_t filters, const hsize_t *offset, size_t size, const void *buf);
-    int (*Aget_num_attrs)(hid_t loc);
-    hid_t (*Aopen_by_idx)(hid_t loc, const char *obj_name, int idx_type, int order, hsize_t n, hid_t aapl, hid_t lapl);
-    ssize_t (*Aget_name)(hid_t attr, size_t size, char *name);
-    hid_t (*Aget_type)(hid_t attr);
-    hid_t (*Aget_space)(hid_t attr);
-    hid_t (*Acreate2)(hid_t loc, const char *name, hid_t type, hid_t space, hid_t acpl, hid_t aapl);
-    herr_t (*Aread)(hid_t attr, hid_t mem_type, void *buf);
-    herr_t (*Awrite)(hid_t attr, hid_t mem_type, const void *buf);
-    herr_t (*Aclose)(hid_t attr);
-    int (*Tget_class)(hid_t type);
-    htri_t (*Tdetect_class)(hid_t type, int cls);
-    htri_t (*Tis_variable_str)(hid_t type);
-    htri_t (*Tcommitted)(hid_t type);
-    size_t (*Tget_size)(hid_t type);
-    herr_t (*Tclose)(hid_t type);
-    int (*Sget_simple_extent_type)(hid_t space);
-    hssize_t (*Sget_simple_extent_npoints)(hid_t space);
-    herr_t (*Sclose)(hid_t space);
-} h5;
-
-#define FUNCTION_COUNT (sizeof(h5) / sizeof(void *))
+struct hdf5_api h5;
 static int bound = 0;
 
-static PyObject *bind(PyObject *self, PyObject *args) {
-    PyObject *addresses;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &addresses)) return NULL;
-    if ((size_t)PyTuple_GET_SIZE(addresses) != FUNCTION_COUNT) {
-        PyErr_Format(PyExc_ValueError, "bind() takes %zu function addresses, got %zd", FUNCTION_COUNT,
-                     PyTuple_GET_SIZE(addresses));
-        return NULL;
+/* load(path): the HDF5 functions looked up through the shared object at `path`,
+ * one of h5py's extension modules. dlsym through it searches what it links, so
+ * this finds the libhdf5 h5py uses even when another copy is loaded too (e.g.
+ * netCDF4's wheel brings its own). Loading the module file does not import it:
+ * the native repack runs without h5py (or numpy) in the process. */
+static PyObject *load(PyObject *self, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!library) return PyErr_Format(PyExc_OSError, "cannot load %s: %s", path, dlerror());
+    struct hdf5_api found;
+    void *address;
+#define HDF5_LOOK_UP(ret, name, params)                                                                 \
+    if (!(address = dlsym(library, "H5" #name)))                                                        \
+        return PyErr_Format(PyExc_OSError, "%s: the HDF5 library it links has no H5" #name, path);      \
+    memcpy(&found.name, &address, sizeof address);
+    HDF5_FUNCTIONS(HDF5_LOOK_UP)
+#undef HDF5_LOOK_UP
+    static const char *globals[] = {"H5P_CLS_FILE_CREATE_ID_g", "H5P_CLS_FILE_ACCESS_ID_g", "H5T_STD_REF_OBJ_g",
+                                    "H5T_NATIVE_INT_g", "H5T_NATIVE_UINT_g"};
+    hid_t **slots[] = {&found.P_CLS_FILE_CREATE, &found.P_CLS_FILE_ACCESS, &found.T_STD_REF_OBJ, &found.T_NATIVE_INT,
+                      &found.T_NATIVE_UINT};
+    for (size_t i = 0; i < sizeof globals / sizeof *globals; i++) {
+        if (!(*slots[i] = dlsym(library, globals[i])))
+            return PyErr_Format(PyExc_OSError, "%s: the HDF5 library it links has no %s", path, globals[i]);
     }
-    void **slots = (void **)&h5;
-    for (size_t i = 0; i < FUNCTION_COUNT; i++) {
-        void *address = PyLong_AsVoidPtr(PyTuple_GET_ITEM(addresses, i));
-        if (address == NULL) {
-            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "function %zu has no address", i);
-            return NULL;
-        }
-        slots[i] = address;
-    }
+    unsigned major = 0, minor = 0, release = 0;
+    if (found.get_libversion(&major, &minor, &release) < 0 || major * 100 + minor < 114)
+        return PyErr_Format(PyExc_OSError, "%s links HDF5 %u.%u.%u; layoutlab's C code needs 1.14 or newer", path,
+                            major, minor, release);
+    h5 = found;
     bound = 1;
-    Py_RETURN_NONE;
+    return Py_BuildValue("(III)", major, minor, release);
 }
 
 static int check_bound(void) {
-    if (!bound) PyErr_SetString(PyExc_RuntimeError, "layoutlab.convert._fastcopy: bind() was not called");
+    if (!bound) PyErr_SetString(PyExc_RuntimeError, "layoutlab.convert._fastcopy: load() was not called");
     return bound;
 }
 
@@ -146,29 +124,25 @@ static int read_fully(int fd, char *buffer, size_t length, off_t position) {
     return 1;
 }
 
-/* copy_chunks(src_dset, dst_dset, fd, rank, span_bytes, max_gap, progress) -> (chunks, bytes)
- *
- * Every stored chunk of src_dset written unchanged (same offset, same filter
- * mask) into dst_dset, which has the same chunk shape. Chunks are located with
- * one H5Dchunk_iter pass and read front to back from `fd` (the source file),
+/* Every stored chunk of `src` written unchanged (same offset, same filter mask)
+ * into `dst`, which has the same chunk shape. Chunks are located with one
+ * H5Dchunk_iter pass and read front to back from `fd` (the source file),
  * neighbours closer than max_gap in one pread of up to span_bytes. progress, if
- * not None, is called with the bytes read every 16 MiB and at the end. */
-static PyObject *copy_chunks(PyObject *self, PyObject *args) {
-    long long src, dst;
-    int fd, rank;
-    Py_ssize_t span_bytes, max_gap;
-    PyObject *progress;
-    if (!PyArg_ParseTuple(args, "LLiinnO", &src, &dst, &fd, &rank, &span_bytes, &max_gap, &progress)) return NULL;
-    if (!check_bound()) return NULL;
-    if (rank < 1 || rank > 32) return PyErr_Format(PyExc_ValueError, "rank %d out of range", rank);
-
+ * not None, is called with the bytes read every 16 MiB and at the end.
+ * 0 on success; -1 with a Python exception set. */
+int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_bytes, size_t max_gap,
+                           PyObject *progress, unsigned long long *copied_out, unsigned long long *bytes_out) {
+    if (rank < 1 || rank > 32) {
+        PyErr_Format(PyExc_ValueError, "rank %d out of range", rank);
+        return -1;
+    }
     chunk_list list = {.rank = rank};
     char *buffer = NULL;
     size_t buffer_size = 0;
     unsigned long long copied = 0, bytes = 0, unreported = 0;
-    PyObject *result = NULL;
+    int status = -1;
 
-    if (h5.Dchunk_iter((hid_t)src, H5P_DEFAULT, collect_chunk, &list) < 0) {
+    if (h5.Dchunk_iter(src, H5P_DEFAULT, collect_chunk, &list) < 0) {
         if (list.count == list.capacity && !list.chunks) PyErr_NoMemory();
         else PyErr_SetString(PyExc_OSError, "cannot list the stored chunks (damaged chunk index?)");
         goto done;
@@ -208,7 +182,7 @@ static PyObject *copy_chunks(PyObject *self, PyObject *args) {
         }
         for (size_t i = first; i < last; i++) {
             located_chunk *chunk = &list.chunks[i];
-            if (h5.Dwrite_chunk((hid_t)dst, H5P_DEFAULT, chunk->mask, &list.offsets[chunk->index * rank],
+            if (h5.Dwrite_chunk(dst, H5P_DEFAULT, chunk->mask, &list.offsets[chunk->index * rank],
                                 (size_t)chunk->size, buffer + (chunk->address - start)) < 0) {
                 PyErr_Format(PyExc_OSError, "cannot write the chunk stored at byte %llu (%llu bytes)",
                              (unsigned long long)chunk->address, (unsigned long long)chunk->size);
@@ -231,19 +205,36 @@ static PyObject *copy_chunks(PyObject *self, PyObject *args) {
         if (!r) goto done;
         Py_DECREF(r);
     }
-    result = Py_BuildValue("KK", copied, bytes);
+    *copied_out += copied;
+    *bytes_out += bytes;
+    status = 0;
 done:
     free(list.chunks);
     free(list.offsets);
     free(buffer);
-    return result;
+    return status;
+}
+
+/* copy_chunks(src_dset, dst_dset, fd, rank, span_bytes, max_gap, progress) -> (chunks, bytes read) */
+static PyObject *copy_chunks(PyObject *self, PyObject *args) {
+    long long src, dst;
+    int fd, rank;
+    Py_ssize_t span_bytes, max_gap;
+    PyObject *progress;
+    if (!PyArg_ParseTuple(args, "LLiinnO", &src, &dst, &fd, &rank, &span_bytes, &max_gap, &progress)) return NULL;
+    if (!check_bound()) return NULL;
+    unsigned long long copied = 0, bytes = 0;
+    if (fastcopy_stored_chunks((hid_t)src, (hid_t)dst, fd, rank, (size_t)span_bytes, (size_t)max_gap, progress,
+                               &copied, &bytes) < 0)
+        return NULL;
+    return Py_BuildValue("KK", copied, bytes);
 }
 
 /* --- attributes -------------------------------------------------------------------------- */
 
 /* Stored bytes can be copied as they are (the rule of _type_kind in repack_hdf5.py), and the type is
  * not a committed one (the destination has its own copy of those: Python maps them). */
-static int plain_type(hid_t type) {
+int fastcopy_plain_type(hid_t type) {
     if (h5.Tcommitted(type) != 0) return 0;
     if (h5.Tdetect_class(type, H5T_VLEN) != 0 || h5.Tdetect_class(type, H5T_REFERENCE) != 0) return 0;
     int cls = h5.Tget_class(type);
@@ -253,37 +244,35 @@ static int plain_type(hid_t type) {
     return 1;
 }
 
-/* copy_plain_attributes(src_obj, dst_obj, index_type, start) -> (next, copied)
- *
- * Attributes of src_obj from position `start` (in index_type order: 0 name, 1
- * creation order) created on dst_obj with the same name, type, dataspace and
- * stored bytes, in order, until one that is not plain (variable-length, holds
- * references, or of a committed type): `next` is its position (or the count
- * when all were copied) and Python copies that one, then calls again. */
-static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
-    long long src, dst;
-    int index_type;
-    unsigned long long position;
-    if (!PyArg_ParseTuple(args, "LLiK", &src, &dst, &index_type, &position)) return NULL;
-    if (!check_bound()) return NULL;
-    int count = h5.Aget_num_attrs((hid_t)src);
-    if (count < 0) return PyErr_Format(PyExc_OSError, "cannot count the attributes");
-    unsigned long long copied = 0;
+/* Attributes of `src` from *position (in index_type order: 0 name, 1 creation
+ * order) created on `dst` with the same name, type, dataspace and stored bytes,
+ * in order, until one that is not plain (variable-length, holds references, or
+ * of a committed type): *position is then its position (or the count when all
+ * were copied), and the caller copies that one. 0 on success; -1 with a Python
+ * exception set. */
+int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, unsigned long long *position_io,
+                              unsigned long long *copied_out) {
+    int count = h5.Aget_num_attrs(src);
+    if (count < 0) {
+        PyErr_Format(PyExc_OSError, "cannot count the attributes");
+        return -1;
+    }
+    unsigned long long position = *position_io, copied = 0;
     char name_small[256];
     char *name = name_small;
     size_t name_capacity = sizeof name_small;
     void *data = NULL;
     size_t data_capacity = 0;
-    PyObject *result = NULL;
+    int status = -1;
     for (; position < (unsigned long long)count; position++) {
-        hid_t attr = h5.Aopen_by_idx((hid_t)src, ".", index_type, H5_ITER_INC, position, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t attr = h5.Aopen_by_idx(src, ".", index_type, H5_ITER_INC, position, H5P_DEFAULT, H5P_DEFAULT);
         if (attr < 0) {
             PyErr_Format(PyExc_OSError, "cannot open attribute %llu", position);
             goto done;
         }
         hid_t type = h5.Aget_type(attr);
         hid_t space = type < 0 ? -1 : h5.Aget_space(attr);
-        int plain = space >= 0 && plain_type(type);
+        int plain = space >= 0 && fastcopy_plain_type(type);
         const char *failed = NULL;
         if (space < 0) failed = "cannot read the type or dataspace of";
         if (plain && !failed) {
@@ -301,7 +290,7 @@ static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
             if (!failed && h5.Aget_name(attr, name_capacity, name) < 0) failed = "cannot read the name of";
         }
         if (plain && !failed) {
-            hid_t copy = h5.Acreate2((hid_t)dst, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t copy = h5.Acreate2(dst, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
             if (copy < 0) failed = "cannot create the copy of";
             else {
                 if (h5.Sget_simple_extent_type(space) != H5S_NULL) {
@@ -333,30 +322,43 @@ static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
         if (!plain) break;
         copied++;
     }
-    result = Py_BuildValue("KK", position, copied);
+    status = 0;
 done:
+    *position_io = position;
+    *copied_out += copied;
     if (name != name_small) free(name);
     free(data);
-    return result;
+    return status;
+}
+
+/* copy_plain_attributes(src_obj, dst_obj, index_type, start) -> (next, copied): see above. */
+static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
+    long long src, dst;
+    int index_type;
+    unsigned long long position, copied = 0;
+    if (!PyArg_ParseTuple(args, "LLiK", &src, &dst, &index_type, &position)) return NULL;
+    if (!check_bound()) return NULL;
+    if (fastcopy_plain_attributes((hid_t)src, (hid_t)dst, index_type, &position, &copied) < 0) return NULL;
+    return Py_BuildValue("KK", position, copied);
+}
+
+static PyObject *repack_file(PyObject *self, PyObject *args) {
+    if (!check_bound()) return NULL;
+    return native_repack_file(self, args);
 }
 
 static PyMethodDef methods[] = {
-    {"bind", bind, METH_VARARGS, "bind(addresses): the HDF5 functions to call, in FUNCTION_NAMES order."},
+    {"load", load, METH_VARARGS,
+     "load(path) -> (major, minor, release): bind to the libhdf5 the shared object at path links."},
     {"copy_chunks", copy_chunks, METH_VARARGS,
      "copy_chunks(src_dset, dst_dset, fd, rank, span_bytes, max_gap, progress) -> (chunks, bytes read)"},
     {"copy_plain_attributes", copy_plain_attributes, METH_VARARGS,
      "copy_plain_attributes(src_obj, dst_obj, index_type, start) -> (next position, attributes copied)"},
+    {"repack_file", repack_file, METH_VARARGS,
+     "repack_file(src, dst, page_size, options, progress) -> (status, summary or reason); see _native_repack.c"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcopy",
-                                    "Chunk and attribute copy loops of layoutlab repack, in C.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcopy", "layoutlab repack's C code.", -1, methods};
 
-PyMODINIT_FUNC PyInit__fastcopy(void) {
-    PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "FUNCTION_COUNT", (long)FUNCTION_COUNT) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+PyMODINIT_FUNC PyInit__fastcopy(void) { return PyModule_Create(&module); }

@@ -1,32 +1,47 @@
-"""The C loops of ``layoutlab repack`` (``_fastcopy.c``), bound to the HDF5 library h5py loaded.
+"""layoutlab repack's C code (``_fastcopy.c``, ``_native_repack.c``), bound to the HDF5 library h5py links.
 
-``available()`` is False when the extension was not built (it is optional: a
-machine without a C compiler installs layoutlab all the same), when h5py's
-library lacks one of the functions, or when ``LAYOUTLAB_FASTCOPY=0``; the
-repack then runs its Python loops, which write the same file.
+Two uses: the C loops of the Python engine (``copy_chunks``,
+``copy_plain_attributes``, called with h5py's identifiers) and the native engine
+(``repack_file``, see repack_native.py), which runs with neither h5py nor numpy
+imported. Binding therefore never imports h5py: the library is found through one
+of h5py's extension modules on disk.
+
+``unavailable_reason()`` says why the C code cannot be used (None when it can):
+the extension was not built (it is optional: a machine without a C compiler
+installs layoutlab all the same), h5py's library is too old or lacks a function,
+or ``LAYOUTLAB_FASTCOPY=0``. The Python engine and loops then do the work and
+write the same file.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import importlib.machinery
+import importlib.util
 import os
-
-# In the order of the function table in _fastcopy.c.
-FUNCTION_NAMES = (
-    "H5Dchunk_iter", "H5Dwrite_chunk", "H5Aget_num_attrs", "H5Aopen_by_idx", "H5Aget_name", "H5Aget_type",
-    "H5Aget_space", "H5Acreate2", "H5Aread", "H5Awrite", "H5Aclose", "H5Tget_class", "H5Tdetect_class",
-    "H5Tis_variable_str", "H5Tcommitted", "H5Tget_size", "H5Tclose", "H5Sget_simple_extent_type",
-    "H5Sget_simple_extent_npoints", "H5Sclose",
-)
+import sys
+from pathlib import Path
 
 _module = None
 _unavailable_reason: str | None = None
-_phil = None  # h5py's lock around every call into the library (it is not thread-safe)
+
+
+def h5py_extension_path() -> str | None:
+    """One of h5py's compiled modules (``h5d``): dlsym through it finds the libhdf5 *h5py* links
+    (other packages may load their own copy, e.g. netCDF4's wheel). Found without importing h5py."""
+    if "h5py" in sys.modules:
+        return sys.modules["h5py"].h5d.__file__
+    spec = importlib.util.find_spec("h5py")  # (a top-level name: finds the package, runs nothing)
+    for directory in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            candidate = Path(directory) / f"h5d{suffix}"
+            if candidate.exists():
+                return str(candidate)
+    return None
 
 
 def _load():
-    # (h5py is imported here, not at the top: FUNCTION_NAMES serves a probe that must not import it)
-    global _module, _unavailable_reason, _phil
+    global _module, _unavailable_reason
     if _module is not None or _unavailable_reason is not None:
         return
     if os.environ.get("LAYOUTLAB_FASTCOPY", "1") == "0":
@@ -37,19 +52,16 @@ def _load():
     except ImportError as error:
         _unavailable_reason = f"not built ({error})"
         return
-    import h5py
-    from h5py._objects import phil
-
+    path = h5py_extension_path()
+    if path is None:
+        _unavailable_reason = "h5py's compiled modules not found"
+        return
     try:
-        # dlsym through one of h5py's own extension modules finds the libhdf5 *it*
-        # links (other packages may bring their own copy, e.g. netCDF4's wheel).
-        library = ctypes.CDLL(h5py.h5d.__file__)
-        addresses = tuple(ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in FUNCTION_NAMES)
-        _fastcopy.bind(addresses)
-    except (OSError, AttributeError, ValueError) as error:
+        _fastcopy.load(path)
+    except OSError as error:
         _unavailable_reason = f"cannot bind to h5py's HDF5 library ({error})"
         return
-    _module, _phil = _fastcopy, phil
+    _module = _fastcopy
 
 
 def available() -> bool:
@@ -62,16 +74,32 @@ def unavailable_reason() -> str | None:
     return _unavailable_reason
 
 
+def module():
+    """The bound extension module (call ``available()`` first)."""
+    _load()
+    return _module
+
+
+def library_lock():
+    """h5py's lock around calls into the library when h5py is loaded (the library is not
+    thread-safe and h5py holds it around its own calls); nothing to lock otherwise."""
+    if "h5py" in sys.modules:
+        from h5py._objects import phil
+
+        return phil
+    return contextlib.nullcontext()
+
+
 def copy_chunks(src_dset_id, dst_dset_id, src_fd: int, rank: int, span_bytes: int, max_gap: int,
                 progress=None) -> tuple[int, int]:
     """Every stored chunk of the source dataset written unchanged into the destination (same chunk
-    shape); returns (chunks, bytes read). See copy_chunks in _fastcopy.c."""
-    with _phil:
+    shape); returns (chunks, bytes read). See fastcopy_stored_chunks in _fastcopy.c."""
+    with library_lock():
         return _module.copy_chunks(src_dset_id.id, dst_dset_id.id, src_fd, rank, span_bytes, max_gap, progress)
 
 
 def copy_plain_attributes(src_id, dst_id, index_type: int, start: int) -> tuple[int, int]:
     """Attributes from position ``start`` copied in order until one that is not plain; returns
-    (its position or the count, attributes copied). See copy_plain_attributes in _fastcopy.c."""
-    with _phil:
+    (its position or the count, attributes copied). See fastcopy_plain_attributes in _fastcopy.c."""
+    with library_lock():
         return _module.copy_plain_attributes(src_id.id, dst_id.id, index_type, start)

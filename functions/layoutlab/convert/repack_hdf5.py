@@ -24,132 +24,43 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
 
 from layoutlab.convert import fastcopy
+from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the module's public names)
+    BLOCK_BYTES,
+    DEFAULT_PAGE_SIZE,
+    METADATA_CACHE_BYTES,
+    PAGE_BUFFER_MIN_META_PERCENT,
+    PAGE_BUFFER_PAGES,
+    MiB,
+    READ_GAP_BYTES,
+    READ_SPAN_BYTES,
+    SOURCE_CHUNK_CACHE,
+    RepackSummary,
+    check_signature,
+    checked_options,
+    parse_chunk_spec,
+    parse_size,
+    partial_output,
+    partial_output_remover,
+)
 from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
-from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, is_netcdf4
-
-MiB = 1 << 20
-DEFAULT_PAGE_SIZE = 8 * MiB
-# Decoded data moved per read/write when a dataset cannot be copied chunk by
-# chunk (contiguous, compact, rechunked): bounds peak memory on any input.
-BLOCK_BYTES = 64 * MiB
-# Output file: pages assembled in a page buffer of this many pages, and a
-# metadata cache of this size (both measured in benchmarks/bench_repack.py).
-PAGE_BUFFER_PAGES = 0  # measured: a page buffer slows raw-data copies (GEOS 1 GB: 6.7 s vs 1.6 s)
-PAGE_BUFFER_MIN_META_PERCENT = 0
-METADATA_CACHE_BYTES = 32 * MiB
-# Raw chunk copies read neighbouring chunks with one call, up to this many
-# bytes: a buffer that stays in the CPU cache between the read and HDF5's
-# write. Measured on GEOS 1 GB (2.2 MB chunks): 16 MiB spans 2.3-5 s, one chunk
-# per read 0.65 s, as fast as h5repack (a plain read/write copy shows the same).
-READ_SPAN_BYTES = 1 * MiB
-# ... and chunks closer than this (a gap read and thrown away costs less than another call).
-READ_GAP_BYTES = 64 * 1024
-# Source chunk cache while rechunking: holds the source chunks one block spans.
-SOURCE_CHUNK_CACHE = 64 * MiB
-
-
-def parse_size(text: str | int) -> int:
-    """``"8MiB"`` / ``"4 MB"`` / ``"65536"`` -> bytes."""
-    if isinstance(text, int):
-        return text
-    units = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6, "mib": MiB,
-             "g": 10**9, "gb": 10**9, "gib": 1 << 30}
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("kmgib")
-    unit = cleaned[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (examples: 8MiB, 4MB, 65536)") from None
-    if unit not in units or value <= 0:
-        raise ValueError(f"not a size: {text!r} (examples: 8MiB, 4MB, 65536)")
-    return int(value * units[unit])
-
-
-def parse_chunk_spec(spec: str) -> tuple[str, tuple[int, ...]]:
-    """``"gt1l/heights/h_ph=100000"`` -> (``"/gt1l/heights/h_ph"``, (100000,))."""
-    name, sep, shape = spec.partition("=")
-    parts = [p.strip() for p in shape.split(",")] if sep else []
-    if not name or not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(f"expected VAR=N[,N...] with positive integers, got {spec!r}")
-    return "/" + name.strip().strip("/"), tuple(int(p) for p in parts)
-
-
-@dataclass
-class RepackSummary:
-    """What a repack did: sizes, times and every change it made."""
-
-    input: str
-    output: str
-    page_size: int
-    input_bytes: int = 0
-    output_bytes: int = 0
-    seconds: float = 0.0
-    verify_seconds: float | None = None
-    verified: bool = False
-    groups: int = 0
-    datasets: int = 0
-    attributes: int = 0
-    chunks_copied_raw: int = 0
-    compact_to_contiguous: list[str] = field(default_factory=list)
-    unlimited_fixed: list[str] = field(default_factory=list)
-    unlimited_kept: list[str] = field(default_factory=list)
-    rechunked: dict[str, dict] = field(default_factory=dict)
-    references_rewritten: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def size_overhead(self) -> float:
-        return self.output_bytes / self.input_bytes - 1.0 if self.input_bytes else 0.0
-
-    def to_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items()}
-        out["size_overhead"] = round(self.size_overhead, 6)
-        return out
-
+from layoutlab.formats.sniff import is_netcdf4
 
 def check_input(path: str | os.PathLike) -> None:
     """Raise ``BadInputFile`` (naming the file and the reason) unless ``path`` is an HDF5 file h5py can open."""
-    path = Path(path)
-    if not path.exists():
-        raise BadInputFile(path, "no such file")
-    if path.is_dir():
-        raise BadInputFile(path, "is a directory, not an HDF5 file")
-    size = path.stat().st_size
-    with open(path, "rb") as stream:
-        head = stream.read(HEAD_BYTES)
-    if size == 0 or hdf5_signature_offset(head) is None:
-        raise BadInputFile(path, describe_not_hdf5(head, size))
+    check_signature(path)
     try:
         with h5py.File(path, "r"):
             pass
     except DAMAGED_HDF5_ERRORS as error:
         raise BadInputFile(path, f"HDF5 signature found but the file cannot be opened (truncated or damaged): "
                                  f"{damaged_reason(error)}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def partial_output(out_path: Path, pid: int) -> Path:
-    """Where process ``pid`` writes OUT before renaming it into place."""
-    return out_path.with_name(f".{out_path.name}.partial-{pid}")
-
-
-def partial_output_remover(out):
-    """``cleanup(pid)`` for layoutlab.guard: a repack process that was stopped leaves no partial file."""
-    def remove(pid: int) -> None:
-        partial_output(Path(out), pid).unlink(missing_ok=True)
-    return remove
 
 
 def repack(
@@ -160,6 +71,7 @@ def repack(
     chunks: dict[str, tuple[int, ...]] | None = None,
     verify: bool = False,
     progress=None,
+    native: bool = True,
 ) -> RepackSummary:
     """Repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
 
@@ -169,20 +81,26 @@ def repack(
     shapes. Neither may exceed the page size. ``progress`` is called with the
     number of source bytes handled. Writes to a temporary name next to
     ``out_path`` and renames it, so a failure leaves no ``out_path`` behind.
+
+    The native engine (repack_native.py) writes the copy when it can (no
+    rechunking asked for, nothing it declines, ``native`` true); otherwise
+    this module's Python engine does, and ``notes`` says why.
     """
-    in_path, out_path = Path(in_path), Path(out_path)
-    page_size = parse_size(page_size)
-    if page_size < 512:
-        raise UserError(f"--page-size {page_size}: must be at least 512 bytes")
-    if target_chunk_bytes is not None:
-        target_chunk_bytes = parse_size(target_chunk_bytes)
-        if target_chunk_bytes > page_size:
-            raise UserError(f"--target-chunk-bytes {target_chunk_bytes}: larger than the page size {page_size}")
+    in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
+                                                                        target_chunk_bytes)
     check_input(in_path)
-    if out_path.exists() and out_path.resolve() == in_path.resolve():
-        raise UserError(f"{out_path}: output would overwrite the input")
+    declined = None
+    if native and target_chunk_bytes is None and not chunks:
+        from layoutlab.convert.repack_native import repack_natively
+
+        done = repack_natively(in_path, out_path, page_size, verify=verify, progress=progress)
+        if isinstance(done, RepackSummary):
+            return done
+        declined = done
     summary = RepackSummary(input=str(in_path), output=str(out_path), page_size=page_size,
                             input_bytes=in_path.stat().st_size)
+    if declined:
+        summary.notes.append(f"written by the Python engine: the native engine {declined}")
     tmp = partial_output(out_path, os.getpid())
     started = time.perf_counter()
     try:
@@ -193,13 +111,7 @@ def repack(
                 stream.write(job.userblock)
         summary.seconds = time.perf_counter() - started
         if verify:
-            verify_started = time.perf_counter()
-            problems = compare_files(in_path, tmp)
-            summary.verify_seconds = time.perf_counter() - verify_started
-            if problems:
-                raise UserError(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
-                                + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-            summary.verified = True
+            verify_copy(in_path, tmp, summary)
         os.replace(tmp, out_path)
     except DAMAGED_HDF5_ERRORS as error:
         # While copying, only what HDF5 (through h5py) raises for unreadable bytes is the file's
@@ -214,6 +126,17 @@ def repack(
     return summary
 
 
+def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
+    """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
+    started = time.perf_counter()
+    problems = compare_files(in_path, copy_path)
+    summary.verify_seconds = time.perf_counter() - started
+    if problems:
+        raise UserError(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
+                        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    summary.verified = True
+
+
 class _Repacker:
     def __init__(self, src_path, dst_path, page_size, target_chunk_bytes, chunks, summary, progress):
         self.src_path, self.dst_path = Path(src_path), Path(dst_path)
@@ -224,7 +147,10 @@ class _Repacker:
         self.progress = progress
         self.copied = {}  # source object address -> destination path (hard links, references)
         self.committed_types = {}  # source path of a named datatype -> destination path
-        self.deferred_attrs = []  # (source id, destination id, attribute name): values hold references
+        # (source id, destination object's path, attribute name): values hold references. The path, not
+        # the open identifier: an open dataset would keep the chunks written to it in its chunk cache until
+        # the file closes, placing them after everything else (the native engine closes it at once).
+        self.deferred_attrs = []
         self.deferred_datasets = []  # source dataset paths whose values hold references
         self.userblock = b""
         self.scale_objects = {}  # address -> source dimension scale
@@ -407,7 +333,7 @@ class _Repacker:
         dtype = src_attr.dtype
         if _holds_references(dtype):
             # written once every target exists
-            self.deferred_attrs.append((oid, dst_id, bname))
+            self.deferred_attrs.append((oid, h5py.h5i.get_name(dst_id), bname))
             return
         data = np.empty(space.get_simple_extent_dims(), dtype=dtype)
         src_attr.read(data)
@@ -582,9 +508,9 @@ class _Repacker:
     # --- references -------------------------------------------------------------
 
     def _rewrite_references(self):
-        for src_id, dst_id, bname in self.deferred_attrs:
+        for src_id, dst_path, bname in self.deferred_attrs:
             src_attr = h5py.h5a.open(src_id, bname)
-            dst_attr = h5py.h5a.open(dst_id, bname)
+            dst_attr = h5py.h5a.open(h5py.h5o.open(self.dst.id, dst_path), bname)
             tid = src_attr.get_type()
             offsets = _object_reference_offsets(tid)
             if offsets is not None:
