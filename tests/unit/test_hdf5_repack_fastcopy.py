@@ -1,4 +1,6 @@
-"""The C loops of repack (_fastcopy.c) write the same file as the Python loops, and are used."""
+"""The C loops of repack's Python engine (_fastcopy.c) write the same file as its Python loops, and are used.
+
+(The native engine is off here: LAYOUTLAB_NATIVE_REPACK=0; test_hdf5_repack_native.py tests it.)"""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ PAGE = 1 << 20
 
 
 @pytest.fixture
-def c_loops():
+def c_loops(monkeypatch):
+    monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
     if not fastcopy.available():
         reason = f"C loops unavailable: {fastcopy.unavailable_reason()}"
         if os.environ.get("CI"):  # CI installs with a compiler: the extension must have been built

@@ -129,7 +129,13 @@ def repack(
 def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
     """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
     started = time.perf_counter()
-    problems = compare_files(in_path, copy_path)
+    try:
+        problems = compare_files(in_path, copy_path)
+    except DAMAGED_HDF5_ERRORS as error:
+        # Stored chunks are copied without decoding: a damaged one is first decoded here.
+        if not (isinstance(error, OSError) or raised_by_h5py(error)):
+            raise
+        raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {damaged_reason(error)}") from None
     summary.verify_seconds = time.perf_counter() - started
     if problems:
         raise UserError(f"{in_path}: verification of the repacked copy failed: {problems[0]}"

@@ -1,0 +1,147 @@
+"""The native repack engine (_native_repack.c): the same file as the Python engine, without h5py or numpy.
+
+The round-trip table (test_hdf5_repack_roundtrip.py) runs every case through it
+too; here: the benchmark's kinds of input, the command line's start-up, and what
+it does with input it declines or cannot read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from layoutlab.convert import fastcopy, repack_native
+from layoutlab.convert.repack_hdf5 import repack
+from layoutlab.errors import BadInputFile
+from layoutlab.samples import atl03, geos
+
+PAGE = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def native_engine(monkeypatch):
+    monkeypatch.delenv("LAYOUTLAB_NATIVE_REPACK", raising=False)
+    if not fastcopy.available():
+        reason = f"C code unavailable: {fastcopy.unavailable_reason()}"
+        if os.environ.get("CI"):  # CI installs with a compiler: the extension must have been built
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _h5dump(path) -> str:
+    if not shutil.which("h5dump"):
+        pytest.skip("h5dump not installed (make sysdeps installs hdf5-tools)")
+    text = subprocess.run(["h5dump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
+    return text.split("\n", 1)[1]
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-X", "importtime", "-m", "layoutlab.cli", "repack", *map(str, args)],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("sample", ["atl03", "geos"])
+def test_native_and_python_engines_write_the_same_file(tmp_path, sample):
+    """ATL03-like: groups, COMPACT datasets, unlimited axes, ~600 DIMENSION_LIST attributes;
+    GEOS-like: NetCDF-4 with an unlimited time axis whose chunk is longer than the axis."""
+    src = tmp_path / f"{sample}.h5"
+    if sample == "atl03":
+        atl03.write_atl03(src, photons=30_000)
+    else:
+        geos.write_geos(src, shape=(24, 91, 144))
+    native = repack(src, tmp_path / "native.h5", page_size=PAGE)
+    python = repack(src, tmp_path / "python.h5", page_size=PAGE, native=False)
+    assert (native.engine, native.notes, python.engine) == ("native", [], "python")
+    assert _h5dump(tmp_path / "native.h5") == _h5dump(tmp_path / "python.h5")
+    same = ("groups", "datasets", "attributes", "chunks_copied_raw", "references_rewritten", "compact_to_contiguous",
+            "unlimited_fixed", "unlimited_kept", "rechunked")
+    assert {k: getattr(native, k) for k in same} == {k: getattr(python, k) for k in same}
+    assert native.references_rewritten > 0 and native.unlimited_fixed
+
+
+def test_the_command_line_repacks_without_importing_h5py_or_numpy(tmp_path):
+    src = tmp_path / "geos.nc"
+    geos.write_geos(src, shape=(24, 91, 144))
+    done = _cli(src, tmp_path / "out.h5", "--page-size", "1MiB")
+    assert done.returncode == 0, done.stderr
+    assert "native engine" in done.stdout.splitlines()[0]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert not {name for name in imported if name.split(".")[0] in ("h5py", "numpy")}
+    with h5py.File(tmp_path / "out.h5") as f, h5py.File(src) as g:
+        np.testing.assert_array_equal(f["BCEXTTAU"][:], g["BCEXTTAU"][:])
+
+
+def test_what_the_native_engine_declines_the_python_engine_writes_and_says_why(tmp_path):
+    src = tmp_path / "links.h5"
+    with h5py.File(src, "w") as f:
+        f["data"] = np.arange(10)
+        f["alias"] = h5py.SoftLink("/data")
+    done = _cli(src, tmp_path / "out.h5")
+    assert done.returncode == 0, done.stderr
+    assert "python engine" in done.stdout
+    assert "note: written by the Python engine: the native engine declined: /alias is a soft or external link" in done.stdout
+    with h5py.File(tmp_path / "out.h5") as f:
+        assert f.get("alias", getlink=True).path == "/data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["links.h5", "out.h5"]
+
+
+def test_a_damaged_file_is_named_with_the_reason_and_nothing_is_written(tmp_path):
+    full, src = tmp_path / "full.h5", tmp_path / "cut.h5"
+    with h5py.File(full, "w") as f:
+        f.create_dataset("v", data=np.random.default_rng(0).normal(size=100_000), chunks=(1000,))
+    src.write_bytes(full.read_bytes()[:50_000])
+    full.unlink()
+    done = _cli(src, tmp_path / "out.h5")
+    assert done.returncode == 2
+    message = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(message) == 1 and str(src) in message[0] and "truncated" in message[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.h5"]
+    with pytest.raises(BadInputFile, match="truncated"):
+        repack_native.repack(src, tmp_path / "out.h5")
+
+
+def test_progress_counts_every_stored_byte_once(tmp_path):
+    src = tmp_path / "in.h5"
+    rng = np.random.default_rng(1)
+    with h5py.File(src, "w") as f:
+        for name in ("a", "b"):
+            f.create_dataset(name, data=rng.normal(size=(4000, 500)).astype("f4"), chunks=(100, 500),
+                             compression="gzip")
+        f["contiguous"] = np.arange(1000.0)
+        stored = sum(f[name].id.get_storage_size() for name in ("a", "b", "contiguous"))
+    reported = []
+    summary = repack_native.repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
+    assert summary.engine == "native"
+    assert sum(reported) == stored
+
+
+def test_it_can_be_turned_off(tmp_path, monkeypatch):
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f["v"] = np.arange(10)
+    monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
+    summary = repack_native.repack(src, tmp_path / "out.h5")
+    assert summary.engine == "python"
+    assert summary.notes == ["written by the Python engine: the native engine is turned off (LAYOUTLAB_NATIVE_REPACK=0)"]
+
+
+def test_a_damaged_chunk_found_by_verify_is_named_and_nothing_is_written(tmp_path):
+    """Stored chunks are copied without decoding, so a corrupt compressed chunk reaches --verify:
+    that is a bad input too, not a crash."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        d = f.create_dataset("v", data=np.arange(100_000, dtype="f8"), chunks=(10_000,), compression="gzip")
+        chunk = d.id.get_chunk_info(3)
+    data = bytearray(src.read_bytes())
+    data[chunk.byte_offset + 10 : chunk.byte_offset + 60] = b"\xff" * 50
+    src.write_bytes(bytes(data))
+    with pytest.raises(BadInputFile, match="cannot be read completely") as error:
+        repack(src, tmp_path / "out.h5", verify=True)
+    assert str(src) in str(error.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
