@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "functions"))
 
-from layoutlab.convert import fastcopy  # noqa: E402
+from layoutlab.convert import fastcopy, repack_native  # noqa: E402
 from layoutlab.convert.repack_hdf5 import parse_size  # noqa: E402
 from layoutlab.samples import atl03, geos  # noqa: E402
 
@@ -190,6 +190,7 @@ def main(argv=None) -> int:
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
         "h5py": h5py.version.version, "hdf5_in_h5py": h5py.version.hdf5_version, "h5repack": h5repack_version,
         "c_loops": fastcopy.available(), "c_loops_unavailable_reason": fastcopy.unavailable_reason(),
+        "native_engine_unavailable_reason": repack_native.unavailable_reason(),
         "load_average_start": env_load, "load_average_end": os.getloadavg(),
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "rows": rows, "memory_check": memory,
