@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -81,6 +80,8 @@ def run(args) -> int:
         with tqdm(total=total, unit="B", unit_scale=True, desc="repack", leave=False, dynamic_ncols=True) as bar:
             summary = run_guarded(repack, args.input, args.output, progress=bar.update, **options)
     if args.json:
+        import json
+
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
     print(f"wrote {summary.output}: {summary.output_bytes / 1e6:.1f} MB from {summary.input_bytes / 1e6:.1f} MB "

@@ -11,7 +11,6 @@ Written by hand because no library answers this from bytes alone: h5py's
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -60,6 +59,8 @@ def _looks_like_zarr_metadata(head: bytes) -> bool:
     text = head.lstrip()
     if not text.startswith(b"{"):
         return False
+    import json  # (here: `layoutlab repack` imports this module and never needs json)
+
     try:
         document = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
