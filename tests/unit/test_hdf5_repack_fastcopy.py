@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import h5py
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 from layoutlab.convert import fastcopy, repack_hdf5
 from layoutlab.convert.repack_hdf5 import repack
 from layoutlab.samples import atl03, geos
+from repack_helpers import h5dump_p, require_c_code
 
 PAGE = 1 << 20
 
@@ -22,19 +21,7 @@ PAGE = 1 << 20
 @pytest.fixture
 def c_loops(monkeypatch):
     monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
-    if not fastcopy.available():
-        reason = f"C loops unavailable: {fastcopy.unavailable_reason()}"
-        if os.environ.get("CI"):  # CI installs with a compiler: the extension must have been built
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
-def _h5dump(path) -> str:
-    """Header, creation properties and every value, as h5dump prints them (file name line dropped)."""
-    if not shutil.which("h5dump"):
-        pytest.skip("h5dump not installed (make sysdeps installs hdf5-tools)")
-    text = subprocess.run(["h5dump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
-    return text.split("\n", 1)[1]
+    require_c_code()
 
 
 @pytest.mark.parametrize("sample", ["atl03", "geos"])
@@ -47,7 +34,7 @@ def test_c_and_python_loops_write_the_same_file(tmp_path, monkeypatch, c_loops, 
     fast = repack(src, tmp_path / "c.h5", page_size=PAGE)
     monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
     slow = repack(src, tmp_path / "python.h5", page_size=PAGE)
-    assert _h5dump(tmp_path / "c.h5") == _h5dump(tmp_path / "python.h5")
+    assert h5dump_p(tmp_path / "c.h5") == h5dump_p(tmp_path / "python.h5")
     assert (fast.attributes, fast.datasets, fast.chunks_copied_raw) == (slow.attributes, slow.datasets,
                                                                         slow.chunks_copied_raw)
     assert fast.chunks_copied_raw > 0 and fast.attributes > 0

@@ -8,7 +8,6 @@ it does with input it declines or cannot read.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -16,10 +15,11 @@ import h5py
 import numpy as np
 import pytest
 
-from layoutlab.convert import fastcopy, repack_native
+from layoutlab.convert import repack_native
 from layoutlab.convert.repack_hdf5 import repack
 from layoutlab.errors import BadInputFile
 from layoutlab.samples import atl03, geos
+from repack_helpers import h5dump_p, require_c_code
 
 PAGE = 1 << 20
 
@@ -27,18 +27,7 @@ PAGE = 1 << 20
 @pytest.fixture(autouse=True)
 def native_engine(monkeypatch):
     monkeypatch.delenv("LAYOUTLAB_NATIVE_REPACK", raising=False)
-    if not fastcopy.available():
-        reason = f"C code unavailable: {fastcopy.unavailable_reason()}"
-        if os.environ.get("CI"):  # CI installs with a compiler: the extension must have been built
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
-def _h5dump(path) -> str:
-    if not shutil.which("h5dump"):
-        pytest.skip("h5dump not installed (make sysdeps installs hdf5-tools)")
-    text = subprocess.run(["h5dump", "-p", str(path)], capture_output=True, text=True, check=True).stdout
-    return text.split("\n", 1)[1]
+    require_c_code()
 
 
 def _cli(*args, env=None):
@@ -58,7 +47,7 @@ def test_native_and_python_engines_write_the_same_file(tmp_path, sample):
     native = repack(src, tmp_path / "native.h5", page_size=PAGE)
     python = repack(src, tmp_path / "python.h5", page_size=PAGE, native=False)
     assert (native.engine, native.notes, python.engine) == ("native", [], "python")
-    assert _h5dump(tmp_path / "native.h5") == _h5dump(tmp_path / "python.h5")
+    assert h5dump_p(tmp_path / "native.h5") == h5dump_p(tmp_path / "python.h5")
     same = ("groups", "datasets", "attributes", "chunks_copied_raw", "references_rewritten", "compact_to_contiguous",
             "unlimited_fixed", "unlimited_kept", "rechunked")
     assert {k: getattr(native, k) for k in same} == {k: getattr(python, k) for k in same}

@@ -6,10 +6,6 @@ and attributes compared), then the case's own checks of what a user would see.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import h5py
 import numpy as np
 import pytest
@@ -17,6 +13,7 @@ import pytest
 from layoutlab.convert import repack_hdf5
 from layoutlab.convert.repack_hdf5 import compare_files, repack
 from layoutlab.errors import BadInputFile, UserError
+from repack_helpers import h5dump_p, require_c_code
 
 PAGE = 1 << 20  # 1 MiB pages keep test files small
 
@@ -33,24 +30,11 @@ def engine(request, monkeypatch):
         monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
     if request.param == "python-loops":
         monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
-    elif not repack_hdf5.fastcopy.available():
-        reason = f"C code unavailable: {repack_hdf5.fastcopy.unavailable_reason()}"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    else:
+        require_c_code()
     ENGINE["mode"] = request.param
     yield request.param
     ENGINE["mode"] = None
-
-
-def _h5dump(path) -> str:
-    """Header, creation properties (storage offsets included) and every value, file name line dropped."""
-    if not shutil.which("h5dump"):
-        pytest.skip("h5dump not installed (make sysdeps installs hdf5-tools)")
-    # (no check: Debian's h5dump cannot decode every filter, e.g. LZF, and says so with status 1;
-    # what it prints up to there is still compared)
-    done = subprocess.run(["h5dump", "-p", str(path)], capture_output=True, text=True)
-    return done.stdout.split("\n", 1)[1] + f"\nstatus {done.returncode}"
 
 
 def _same_as_python_engine(src, out, summary, options, tmp_path):
@@ -63,7 +47,7 @@ def _same_as_python_engine(src, out, summary, options, tmp_path):
     reference = tmp_path.parent / f"{tmp_path.name}-python-engine.h5"
     try:
         repack(src, reference, page_size=options.get("page_size", PAGE), native=False)
-        assert _h5dump(out) == _h5dump(reference)
+        assert h5dump_p(out) == h5dump_p(reference)
     finally:
         reference.unlink(missing_ok=True)
 
