@@ -101,7 +101,8 @@ def _repack(task: dict, s3) -> dict:
         s3.delete_object(Bucket=target.bucket, Key=partial)
     result = summary.to_dict()
     # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
-    return {"repack": {k: (len(v) if isinstance(v, (list, dict)) else v)
+    # The notes stay text: a line or two, e.g. why the native engine left the copy to the Python engine.
+    return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k != "notes" else v)
                        for k, v in result.items() if k not in ("input", "output")}}
 
 
