@@ -25,6 +25,11 @@ def register(subparsers) -> None:
             "  layoutlab repack geos.nc geos-4m.nc --page-size 4MiB --verify\n"
             "  layoutlab repack atl03.h5 out.h5 --target-chunk-bytes 400KB   # 10,000 -> 100,000 photons (f4)\n"
             "  layoutlab repack atl03.h5 out.h5 --chunks gt1l/heights/h_ph=100000 --chunks gt1r/heights/h_ph=100000\n"
+            "\n"
+            "engines: a native engine in C writes the copy when it can; files with soft/external links,\n"
+            "committed datatypes, variable-length or reference data, a user block, or a rechunking option\n"
+            "are written by the Python engine (same file). The summary names the engine, and a note says\n"
+            "why the native one did not. LAYOUTLAB_NATIVE_REPACK=0 turns the native engine off.\n"
         ),
     )
     parser.add_argument("input", metavar="IN", help="HDF5 or NetCDF-4 file to read (never modified)")
