@@ -31,3 +31,30 @@ def require_c_code() -> None:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+def write_sample(kind: str, path) -> None:
+    """A small ATL03-like granule (groups, COMPACT datasets, unlimited axes, ~600 DIMENSION_LIST
+    attributes) or GEOS-like NetCDF-4 (unlimited time axis whose chunk is longer than the axis)."""
+    from layoutlab.samples import atl03, geos
+
+    if kind == "atl03":
+        atl03.write_atl03(path, photons=30_000)
+    else:
+        geos.write_geos(path, shape=(24, 91, 144))
+
+
+def write_progress_input(path, contiguous: bool = False) -> int:
+    """Two gzip-chunked datasets (and a contiguous one if asked): returns the bytes they store."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    names = ["a", "b"] + (["contiguous"] if contiguous else [])
+    with h5py.File(path, "w") as f:
+        for name in ("a", "b"):
+            f.create_dataset(name, data=rng.normal(size=(4000, 500)).astype("f4"), chunks=(100, 500),
+                             compression="gzip")
+        if contiguous:
+            f["contiguous"] = np.arange(1000.0)
+        return sum(f[name].id.get_storage_size() for name in names)

@@ -12,8 +12,7 @@ import pytest
 
 from layoutlab.convert import fastcopy, repack_hdf5
 from layoutlab.convert.repack_hdf5 import repack
-from layoutlab.samples import atl03, geos
-from repack_helpers import h5dump_p, require_c_code
+from repack_helpers import h5dump_p, require_c_code, write_progress_input, write_sample
 
 PAGE = 1 << 20
 
@@ -27,10 +26,7 @@ def c_loops(monkeypatch):
 @pytest.mark.parametrize("sample", ["atl03", "geos"])
 def test_c_and_python_loops_write_the_same_file(tmp_path, monkeypatch, c_loops, sample):
     src = tmp_path / f"{sample}.h5"
-    if sample == "atl03":
-        atl03.write_atl03(src, photons=30_000)
-    else:
-        geos.write_geos(src, shape=(24, 91, 144))
+    write_sample(sample, src)
     fast = repack(src, tmp_path / "c.h5", page_size=PAGE)
     monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
     slow = repack(src, tmp_path / "python.h5", page_size=PAGE)
@@ -43,12 +39,7 @@ def test_c_and_python_loops_write_the_same_file(tmp_path, monkeypatch, c_loops, 
 
 def test_progress_counts_every_stored_byte_once(tmp_path, c_loops):
     src = tmp_path / "in.h5"
-    rng = np.random.default_rng(1)
-    with h5py.File(src, "w") as f:
-        for name in ("a", "b"):
-            f.create_dataset(name, data=rng.normal(size=(4000, 500)).astype("f4"), chunks=(100, 500),
-                             compression="gzip")
-        stored = sum(f[name].id.get_storage_size() for name in ("a", "b"))
+    stored = write_progress_input(src)
     reported = []
     repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
     # stored bytes (gaps between neighbouring chunks included: none here), in 16 MiB-or-less steps

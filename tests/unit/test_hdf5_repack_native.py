@@ -18,8 +18,8 @@ import pytest
 from layoutlab.convert import repack_native
 from layoutlab.convert.repack_hdf5 import repack
 from layoutlab.errors import BadInputFile
-from layoutlab.samples import atl03, geos
-from repack_helpers import h5dump_p, require_c_code
+from layoutlab.samples import geos
+from repack_helpers import h5dump_p, require_c_code, write_progress_input, write_sample
 
 PAGE = 1 << 20
 
@@ -37,13 +37,8 @@ def _cli(*args, env=None):
 
 @pytest.mark.parametrize("sample", ["atl03", "geos"])
 def test_native_and_python_engines_write_the_same_file(tmp_path, sample):
-    """ATL03-like: groups, COMPACT datasets, unlimited axes, ~600 DIMENSION_LIST attributes;
-    GEOS-like: NetCDF-4 with an unlimited time axis whose chunk is longer than the axis."""
     src = tmp_path / f"{sample}.h5"
-    if sample == "atl03":
-        atl03.write_atl03(src, photons=30_000)
-    else:
-        geos.write_geos(src, shape=(24, 91, 144))
+    write_sample(sample, src)
     native = repack(src, tmp_path / "native.h5", page_size=PAGE)
     python = repack(src, tmp_path / "python.h5", page_size=PAGE, native=False)
     assert (native.engine, native.notes, python.engine) == ("native", [], "python")
@@ -97,13 +92,7 @@ def test_a_damaged_file_is_named_with_the_reason_and_nothing_is_written(tmp_path
 
 def test_progress_counts_every_stored_byte_once(tmp_path):
     src = tmp_path / "in.h5"
-    rng = np.random.default_rng(1)
-    with h5py.File(src, "w") as f:
-        for name in ("a", "b"):
-            f.create_dataset(name, data=rng.normal(size=(4000, 500)).astype("f4"), chunks=(100, 500),
-                             compression="gzip")
-        f["contiguous"] = np.arange(1000.0)
-        stored = sum(f[name].id.get_storage_size() for name in ("a", "b", "contiguous"))
+    stored = write_progress_input(src, contiguous=True)
     reported = []
     summary = repack_native.repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
     assert summary.engine == "native"

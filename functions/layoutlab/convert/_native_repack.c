@@ -140,6 +140,26 @@ static int stop(job_t *job, int status, const char *format, ...) {
 #define FAIL(...) stop(job, FAILED, __VA_ARGS__)
 #define DECLINE(...) stop(job, DECLINED, __VA_ARGS__)
 
+/* After a shared loop of _fastcopy.c failed: its OSError (an HDF5 or read failure) becomes this
+ * job's failure reason; anything else (the progress callback raised) is passed on to Python. */
+static int fail_with_python_error(job_t *job, const char *where) {
+    if (!PyErr_ExceptionMatches(PyExc_OSError)) {
+        job->status = PYTHON_ERROR;
+        return -1;
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *reason = text ? PyUnicode_AsUTF8(text) : NULL;
+    FAIL("%s: %s", where, reason ? reason : "a copy loop failed");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    PyErr_Clear();
+    return -1;
+}
+
 static int append_path(job_t *job, PyObject *list, const char *path) {
     PyObject *text = PyUnicode_DecodeUTF8(path, (Py_ssize_t)strlen(path), "surrogateescape");
     if (!text || PyList_Append(list, text) < 0) {
@@ -364,19 +384,8 @@ static int copy_attributes(job_t *job, hid_t src, hid_t dst, hid_t create_plist)
     int index = tracks_creation_order(h5.Pget_attr_creation_order, create_plist) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
     unsigned long long position = 0;
     while (position < (unsigned long long)count) {
-        if (fastcopy_plain_attributes(src, dst, index, &position, &job->attributes) < 0) {
-            /* (an HDF5 failure there is reported as an OSError: keep its text as the reason) */
-            PyObject *type, *value, *traceback;
-            PyErr_Fetch(&type, &value, &traceback);
-            PyObject *text = value ? PyObject_Str(value) : NULL;
-            FAIL("%s", text ? PyUnicode_AsUTF8(text) : "cannot copy attributes");
-            Py_XDECREF(text);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            PyErr_Clear();
-            return -1;
-        }
+        if (fastcopy_plain_attributes(src, dst, index, &position, &job->attributes) < 0)
+            return fail_with_python_error(job, "attributes");
         if (position >= (unsigned long long)count) break;
         if (copy_other_attribute(job, src, dst, position, index) < 0) return -1;
         position++;
@@ -673,16 +682,7 @@ static int copy_dataset(job_t *job, hid_t src, haddr_t self, hid_t dst_group, co
     } else if (layout == H5D_CHUNKED && !chunks_changed) {
         if (fastcopy_stored_chunks(src, dst, job->src_fd, rank, job->span_bytes, job->max_gap, job->progress,
                                    &job->chunks_raw, &(unsigned long long){0}) < 0) {
-            if (PyErr_ExceptionMatches(PyExc_OSError)) {
-                PyObject *type_, *value, *traceback;
-                PyErr_Fetch(&type_, &value, &traceback);
-                PyObject *text = value ? PyObject_Str(value) : NULL;
-                FAIL("%s: %s", path, text ? PyUnicode_AsUTF8(text) : "cannot copy the stored chunks");
-                Py_XDECREF(text);
-                Py_XDECREF(type_);
-                Py_XDECREF(value);
-                Py_XDECREF(traceback);
-            } else job->status = PYTHON_ERROR; /* (the progress callback raised) */
+            fail_with_python_error(job, path);
             goto done;
         }
         result = 0;

@@ -21,6 +21,7 @@ located with one ``H5Dchunk_iter`` pass, read with ``pread`` and written with
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -82,43 +83,33 @@ def repack(
     number of source bytes handled. Writes to a temporary name next to
     ``out_path`` and renames it, so a failure leaves no ``out_path`` behind.
 
-    The native engine (repack_native.py) writes the copy when it can (no
-    rechunking asked for, nothing it declines, ``native`` true); otherwise
-    this module's Python engine does, and ``notes`` says why.
+    With ``native`` (the default) this is ``repack_native.repack``: the native
+    engine writes the copy when it can (no rechunking asked for, nothing it
+    declines); otherwise this module's Python engine does, and ``notes`` says why.
     """
+    if native:  # (it tries the native engine, then comes back here with native=False if it must)
+        from layoutlab.convert import repack_native
+
+        return repack_native.repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
     check_input(in_path)
-    declined = None
-    if native and target_chunk_bytes is None and not chunks:
-        from layoutlab.convert.repack_native import repack_natively
-
-        done = repack_natively(in_path, out_path, page_size, verify=verify, progress=progress)
-        if isinstance(done, RepackSummary):
-            return done
-        declined = done
     summary = RepackSummary(input=str(in_path), output=str(out_path), page_size=page_size,
                             input_bytes=in_path.stat().st_size)
-    if declined:
-        summary.notes.append(f"written by the Python engine: the native engine {declined}")
     tmp = partial_output(out_path, os.getpid())
     started = time.perf_counter()
     try:
-        with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary, progress) as job:
-            job.run()
-        if job.userblock:  # HDF5 reserves the user block but leaves its bytes to the application
-            with open(tmp, "r+b") as stream:
-                stream.write(job.userblock)
-        summary.seconds = time.perf_counter() - started
-        if verify:
-            verify_copy(in_path, tmp, summary)
+        with _damage_names_the_input(in_path):
+            with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
+                           progress) as job:
+                job.run()
+            if job.userblock:  # HDF5 reserves the user block but leaves its bytes to the application
+                with open(tmp, "r+b") as stream:
+                    stream.write(job.userblock)
+            summary.seconds = time.perf_counter() - started
+            if verify:
+                verify_copy(in_path, tmp, summary)
         os.replace(tmp, out_path)
-    except DAMAGED_HDF5_ERRORS as error:
-        # While copying, only what HDF5 (through h5py) raises for unreadable bytes is the file's
-        # fault; the same exception types raised by our own code (or a full disk) propagate.
-        if not (isinstance(error, OSError) or raised_by_h5py(error)):
-            raise
-        raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {damaged_reason(error)}") from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -126,16 +117,23 @@ def repack(
     return summary
 
 
-def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
-    """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
-    started = time.perf_counter()
+@contextlib.contextmanager
+def _damage_names_the_input(in_path):
+    """What HDF5 (through h5py) raises for unreadable bytes becomes ``BadInputFile`` naming the input;
+    the same exception types raised by our own code (or a full disk) propagate."""
     try:
-        problems = compare_files(in_path, copy_path)
+        yield
     except DAMAGED_HDF5_ERRORS as error:
-        # Stored chunks are copied without decoding: a damaged one is first decoded here.
         if not (isinstance(error, OSError) or raised_by_h5py(error)):
             raise
         raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {damaged_reason(error)}") from None
+
+
+def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
+    """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
+    started = time.perf_counter()
+    with _damage_names_the_input(in_path):  # (stored chunks are copied undecoded: a damaged one shows here)
+        problems = compare_files(in_path, copy_path)
     summary.verify_seconds = time.perf_counter() - started
     if problems:
         raise UserError(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
