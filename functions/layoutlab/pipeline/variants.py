@@ -1,7 +1,11 @@
 """The convert step: produce one variant (or one rechunk work unit) and record it.
 
-A variant appears at its final key only when complete: HDF5 is uploaded to a
-temporary key and copied into place; Zarr writes its metadata last (the
+A variant appears at its final key only when complete. HDF5 goes straight to
+its final key in one upload: a multipart upload (above ``PUBLISH_PART_BYTES``)
+becomes an object only when CompleteMultipartUpload succeeds, a single PUT only
+when its last byte has arrived; a failed upload is aborted, leaving nothing at
+the key. (No temporary key and CopyObject: one CopyObject copies at most 5 GiB,
+and variants of big granules are larger.) Zarr writes its metadata last (the
 rechunker's ``finalize``). The source is read-only: it is downloaded to local
 scratch space (Lambda's /tmp, a Fargate task's disk) and never written.
 """
@@ -18,6 +22,12 @@ from layoutlab.storage import S3Location
 
 # Leave room for the interpreter and libraries under the platform's memory limit.
 RECHUNK_MEMORY_SHARE = 0.5
+
+# Publishing a paged HDF5 variant: parts of 64 MiB, 8 in flight. s3transfer opens each part
+# of the file when it sends it (it does not load parts into memory) and raises the part
+# size by itself when a file would need more than S3's 10,000 parts (above 625 GiB here).
+PUBLISH_PART_BYTES = 64 * 2**20
+PUBLISH_THREADS = 8
 
 
 def _download(s3, source: dict, directory: str) -> Path:
@@ -95,15 +105,30 @@ def _repack(task: dict, s3) -> dict:
         original = f"s3://{task['source']['bucket']}/{task['source']['key']}"
         summary = run_guarded(repack, source, out, path=original, page_size=spec.get("page_size", 8 * 2**20),
                               target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
-        partial = f"{target.key}.partial"
-        s3.upload_file(str(out), target.bucket, partial)
-        s3.copy_object(Bucket=target.bucket, Key=target.key, CopySource={"Bucket": target.bucket, "Key": partial})
-        s3.delete_object(Bucket=target.bucket, Key=partial)
+        _publish(s3, out, target)
     result = summary.to_dict()
     # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
     # The notes stay text: a line or two, e.g. why the native engine left the copy to the Python engine.
     return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k != "notes" else v)
                        for k, v in result.items() if k not in ("input", "output")}}
+
+
+def _publish(s3, path: Path, target: S3Location) -> None:
+    """Upload ``path`` straight to its final key; readers see all of it or nothing.
+
+    boto3's managed transfer: a multipart upload above ``PUBLISH_PART_BYTES`` (S3 makes
+    the object visible only at CompleteMultipartUpload), aborted by s3transfer when any
+    part fails; S3UploadFailedError then reaches the caller (the state machine's retry).
+    A process killed mid-upload cannot abort: the outputs bucket's lifecycle rule
+    (AbortIncompleteMultipartUpload, cdk data stack) removes its parts. The classic
+    transfer client, always: boto3 may pick the CRT one where awscrt is installed, and
+    the abort-on-failure tested here is the classic client's.
+    """
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(multipart_threshold=PUBLISH_PART_BYTES, multipart_chunksize=PUBLISH_PART_BYTES,
+                            max_concurrency=PUBLISH_THREADS, preferred_transfer_client="classic")
+    s3.upload_file(str(path), target.bucket, target.key, Config=config)
 
 
 def _rechunk(task: dict, s3, memory_mb: int | None) -> dict:
