@@ -1,8 +1,20 @@
 # layoutlab: every target sets up what it needs on a fresh Debian machine
-# (Python 3.11, no AWS account, no Docker). `make demo` and `make test` are the
-# two commands README.md promises.
+# (no AWS account, no Docker). `make demo` and `make test` are the two commands
+# README.md promises.
 
-PYTHON ?= python3
+# One Python for local and cloud: the Lambda runtime's (python3.12 on Amazon Linux 2023),
+# written once in cdk/layoutlab_cdk/config.py. The venv, the layer, the function asset's C
+# module and the local run of every task use it. PYTHON may name one; otherwise the first
+# python3.12 that runs is taken from PATH, pyenv's versions, /usr/local/bin and /usr/bin.
+RUNTIME_PYTHON := $(shell sed -n 's/^PYTHON_RUNTIME = "\([0-9.]*\)".*/\1/p' cdk/layoutlab_cdk/config.py)
+comma := ,
+ifndef PYTHON
+PYTHON := $(shell for candidate in python$(RUNTIME_PYTHON) \
+	  $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(RUNTIME_PYTHON).*/bin/python$(RUNTIME_PYTHON) 2>/dev/null | sort -V -r) \
+	  /usr/local/bin/python$(RUNTIME_PYTHON) /usr/bin/python$(RUNTIME_PYTHON); do \
+	  "$$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(RUNTIME_PYTHON))))' \
+	    >/dev/null 2>&1 && { command -v "$$candidate"; break; }; done)
+endif
 VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= dev,cdk
@@ -11,14 +23,15 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
+.PHONY: help python venv artifacts layer sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
         bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
 
 help:
-	@echo "make demo   - set up .venv and run the local pipeline (no AWS account needed)"
+	@echo "make demo   - set up .venv, build the deployment artifacts, run the local pipeline from them (no AWS account needed)"
 	@echo "make test   - set up .venv and run the whole test suite"
 	@echo "make test-unit | test-integration | test-infra - one level of the suite"
-	@echo "make synth ENV=dev   - build the Lambda layer, synthesize the CDK app into cdk.out/ (offline, no credentials)"
+	@echo "make artifacts - build the Lambda layer and function asset for Python $(RUNTIME_PYTHON) and check them against the runtime"
+	@echo "make synth ENV=dev   - build the artifacts, synthesize the CDK app into cdk.out/ (offline, no credentials)"
 	@echo "make deploy ENV=dev  - cdk deploy --all -c env=ENV (needs AWS credentials and a bootstrapped account)"
 	@echo "make destroy ENV=dev - cdk destroy --all -c env=ENV"
 	@echo "make clean  - remove .venv and generated files"
@@ -37,31 +50,52 @@ sysdeps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# (the editable install also compiles repack's C loops, functions/layoutlab/convert/_fastcopy.c,
-# in place; and byte-compiles the package as a regular install does: without .pyc files every
-# command would compile its modules again at each start, ~15 ms for `layoutlab repack`)
-$(VENV)/.installed-$(EXTRAS): pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h)
+python:
+	@if [ -z "$(PYTHON)" ]; then \
+	  echo "layoutlab needs CPython $(RUNTIME_PYTHON), the Lambda runtime's Python, and found none"; \
+	  echo "(looked for python$(RUNTIME_PYTHON) on PATH, in pyenv's versions, /usr/local/bin and /usr/bin)."; \
+	  echo "Install it (e.g. 'pyenv install $(RUNTIME_PYTHON)', or your distribution's python$(RUNTIME_PYTHON) with"; \
+	  echo "its venv module) or name one: make PYTHON=/path/to/python$(RUNTIME_PYTHON) ..."; \
+	  exit 1; \
+	fi
+
+# (the editable install also compiles repack's C code, functions/layoutlab/convert/_fastcopy.c and
+# _native_repack.c, in place; and byte-compiles the package as a regular install does: without
+# .pyc files every command would compile its modules again at each start, ~15 ms for
+# `layoutlab repack`). A .venv of another Python (an older checkout's 3.11) is replaced.
+$(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(RUNTIME_PYTHON))))'; then \
+	  echo "replacing $(VENV) ($$($(PY) -V)): the project runs on Python $(RUNTIME_PYTHON)"; rm -rf $(VENV); fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	$(PY) -m compileall -q functions/layoutlab
 	touch $@
 
-venv: $(VENV)/.installed-$(EXTRAS)
+venv: $(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS)
 
-demo: sysdeps venv
+# The deployment artifacts (layers/build/): the dependency layer and the function asset, built
+# for the runtime and checked against it (glibc symbol versions, wheel tags). The local run
+# executes them, as Lambda and the Fargate image do.
+artifacts: venv
+	$(PY) layers/build_layer.py --quiet
+	$(PY) layers/check_artifacts.py
+
+layer: artifacts
+
+demo: sysdeps venv artifacts
 	$(VENV)/bin/layoutlab demo
 
-test: sysdeps venv
+test: sysdeps venv artifacts
 	$(PY) -m pytest -q tests
 
 test-unit: venv
 	$(PY) -m pytest -q tests/unit
 
-test-integration: sysdeps venv
+test-integration: sysdeps venv artifacts
 	$(PY) -m pytest -q tests/integration
 
-test-infra: venv
+test-infra: venv artifacts
 	$(PY) -m pytest -q tests/infra
 
 # rechunker 0.5.x needs zarr < 3, so the rechunk benchmark runs it from a venv of its own.
@@ -88,19 +122,14 @@ node_modules/.installed: package.json package-lock.json
 
 cdk-cli: node_modules/.installed
 
-# The Lambda dependency layer: Linux x86_64 / CPython 3.11 wheels via pip --platform
-# (rebuilt only when pyproject's dependencies change; see layers/build_layer.py).
-layer: venv
-	$(PY) layers/build_layer.py --quiet
-
-synth: venv cdk-cli layer
+synth: venv cdk-cli artifacts
 	$(CDK) synth -c env=$(ENV) --quiet
 	@echo "templates in cdk.out/ (layoutlab-$(ENV)-data|compute|pipeline|observability)"
 
-deploy: venv cdk-cli layer
+deploy: venv cdk-cli artifacts
 	$(CDK) deploy --all -c env=$(ENV)
 
-destroy: venv cdk-cli layer
+destroy: venv cdk-cli artifacts
 	$(CDK) destroy --all -c env=$(ENV)
 
 # layoutlab repack vs h5repack on ~1 GB GEOS-like and ATL03-like inputs (+ the 4 GB memory

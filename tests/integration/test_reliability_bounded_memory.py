@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 import pytest
 
-from layoutlab.local.isolation import run_isolated
+from layoutlab.bench.isolation import run_isolated
 
 pytestmark = pytest.mark.slow
 

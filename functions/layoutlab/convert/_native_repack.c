@@ -150,7 +150,7 @@ static int fail_with_python_error(job_t *job, const char *where) {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     PyObject *text = value ? PyObject_Str(value) : NULL;
-    const char *reason = text ? PyUnicode_AsUTF8(text) : NULL;
+    const char *reason = text ? PyUnicode_AsUTF8AndSize(text, NULL) : NULL;
     FAIL("%s: %s", where, reason ? reason : "a copy loop failed");
     Py_XDECREF(text);
     Py_XDECREF(type);
@@ -587,7 +587,13 @@ static int copy_decoded(job_t *job, hid_t src, hid_t dst, hid_t type, int rank, 
 
 static PyObject *shape_list(const hsize_t *dims, int rank) {
     PyObject *list = PyList_New(rank);
-    for (int i = 0; list && i < rank; i++) PyList_SET_ITEM(list, i, PyLong_FromUnsignedLongLong(dims[i]));
+    for (int i = 0; list && i < rank; i++) {
+        /* PyList_SetItem steals the reference, as the stable ABI's only list setter */
+        if (PyList_SetItem(list, i, PyLong_FromUnsignedLongLong(dims[i])) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+    }
     return list;
 }
 

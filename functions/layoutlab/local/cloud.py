@@ -104,6 +104,11 @@ class LocalCloud:
     def control_url(self) -> str:
         return f"http://{HOST}:{self.proxy_port}/_layoutlab"
 
+    @property
+    def measured_cpu(self) -> int:
+        """The core a measured process runs on (the servers keep off it)."""
+        return core_split()[1]
+
     def env(self) -> dict[str, str]:
         return {
             "AWS_ENDPOINT_URL": self.moto_endpoint,
@@ -258,10 +263,10 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     proxy = ProxyThread(S3Proxy(f"http://{HOST}:{moto_port}", host=HOST, latency_ms=latency_ms,
                                 bandwidth_mbps=bandwidth_mbps))
     proxy_port = proxy.start()
-    # The state machine's Lambda and ECS tasks run as fresh processes on the measured core.
+    # The state machine's Lambda and ECS tasks run from the deployment artifacts on the measured core.
     from layoutlab.local import dispatch
 
-    dispatch.install(f"http://{HOST}:{moto_port}", f"http://{HOST}:{proxy_port}/_layoutlab", measured)
+    dispatcher = dispatch.install(f"http://{HOST}:{moto_port}", f"http://{HOST}:{proxy_port}/_layoutlab", measured)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -275,6 +280,7 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
         while not stop.wait(0.5):
             pass
     finally:
+        dispatcher.stop()
         proxy.stop()
         moto.stop()
         state_path.unlink(missing_ok=True)

@@ -1,11 +1,13 @@
-"""Local dispatch: every Lambda invocation and Fargate task of the pipeline as a fresh process.
+"""Local dispatch: every Lambda invocation and Fargate task of the pipeline, run from the deployment artifacts.
 
 Installed in the local cloud's server process (``cloud.serve``), where moto's
 Step Functions interpreter runs: ``sfn_adapter`` hands each Lambda task and
-each ``ecs:runTask.sync`` task to the functions here, which start the real
-handler with ``isolation.run_isolated`` — a new interpreter pinned to the
-measured core with the memory limit of the platform it stands for — and pass
-its answer (or its error, by name) back to the state machine.
+each ``ecs:runTask.sync`` task to the functions here, which run it with the
+runtime's Python from the built layer and function asset, laid out as Lambda
+or the Fargate image lays them out (``artifact_runtime``), in a process of its
+own pinned to the measured core with the memory limit of the platform it stands
+for and the ephemeral storage its function is configured with, and pass its
+answer (or its error, by name) back to the state machine.
 
 Names of the local resources live here too, so the local run, the demo and the
 tests agree on them.
@@ -17,6 +19,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 
 from layoutlab.local import sfn_adapter
 
@@ -117,7 +120,6 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
         "LAYOUTLAB_STATE_MACHINE_ARN": state_machine_arn(),
         "LAYOUTLAB_PLATFORMS": json.dumps(PLATFORMS),
         "LAYOUTLAB_MAX_CONCURRENCY": json.dumps(MAX_CONCURRENCY),
-        "LAYOUTLAB_FRESH_PROCESS": "1",
         "POWERTOOLS_SERVICE_NAME": "layoutlab",
         "POWERTOOLS_METRICS_NAMESPACE": "layoutlab",
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -127,38 +129,27 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
     return env
 
 
-class LocalContext:
-    """The attributes of a Lambda context object that Powertools and handlers read."""
-
-    def __init__(self, name: str, memory_mb: int):
-        import uuid
-
-        self.function_name = function_name(name)
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = function_arn(name)
-        self.memory_limit_in_mb = memory_mb
-        self.aws_request_id = str(uuid.uuid4())
-        self.log_group_name = f"/aws/lambda/{self.function_name}"
-        self.log_stream_name = "local"
-
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 300_000
+# cdk.json's environment whose sizes the local run takes (ephemeral storage of each function and task).
+LOCAL_SIZES_ENV = "dev"
+DEFAULT_EPHEMERAL_MB = 512  # Lambda's default /tmp
 
 
-def call_handler(request: dict):
-    """Runs in the fresh task process: import the handler and call it like Lambda would."""
-    import importlib
-
-    module = importlib.import_module(f"layoutlab.handlers.{request['function']}")
-    return module.handler(request["event"], LocalContext(request["function"], request["memory_mb"]))
-
-
-def call_task(request: dict):
-    """Runs in the fresh task process: the Fargate container command with its payload variable."""
-    from layoutlab.handlers.task import PAYLOAD_ENV, run_task
-
-    return run_task(request["kind"], os.environ.get(PAYLOAD_ENV))
+def ephemeral_storage_mb(environ=None) -> dict[str, int]:
+    """Scratch space per local task (Lambda functions by name, ``fargate-convert``/``fargate-bench``), from the
+    checkout's cdk.json (environment ``dev``); Lambda's default where a size is not configured."""
+    sizes = {name: DEFAULT_EPHEMERAL_MB for name in FUNCTIONS}
+    sizes.update({"fargate-convert": 20 * 1024, "fargate-bench": 20 * 1024})
+    cdk_json = Path(__file__).resolve().parents[3] / "cdk.json"
+    try:
+        env = json.loads(cdk_json.read_text())["context"]["layoutlab:environments"][LOCAL_SIZES_ENV]
+    except (OSError, ValueError, KeyError):
+        return sizes
+    for name, size in env.get("functions", {}).items():
+        sizes[name] = int(size.get("ephemeral_storage_mb", DEFAULT_EPHEMERAL_MB))
+    for kind in ("convert", "bench"):
+        if "ephemeral_storage_gib" in env.get(f"{kind}_task", {}):
+            sizes[f"fargate-{kind}"] = int(env[f"{kind}_task"]["ephemeral_storage_gib"]) * 1024
+    return sizes
 
 
 def _platform_for(name: str, event) -> str:
@@ -181,6 +172,9 @@ class Dispatcher:
         self._one_at_a_time = threading.Lock()
         self._cloudwatch = None
         self._moto_endpoint = moto_endpoint
+        self._hosts: dict = {}
+        self._artifacts = None
+        self.scratch_mb = ephemeral_storage_mb()
         # In AWS a task's stdout/stderr goes to CloudWatch Logs; locally it is kept only when
         # LAYOUTLAB_TASK_LOG names a file (appended to), e.g. to read or scan the tasks' logs.
         self._task_log = os.environ.get(TASK_LOG_ENV)
@@ -205,27 +199,25 @@ class Dispatcher:
         except Exception as error:  # metrics are a by-product: never fail a task over them, but say so
             LOG.warning("could not forward a task's metrics to the local CloudWatch: %s", error)
 
-    def _run(self, target: str, request: dict, platform: str, timeout: float, env: dict | None = None):
-        from layoutlab.local.forked import run_forked
-        from layoutlab.local.isolation import run_isolated
-        from layoutlab.platforms import platform_profile
+    def _host(self, kind: str):
+        from layoutlab.local.artifact_runtime import Artifacts, TaskHost
 
-        # A process forked from the preloaded fork server (imports done, nothing else) unless
-        # LAYOUTLAB_FRESH_INTERPRETER=1 asks for a new interpreter per task.
-        fresh = os.environ.get("LAYOUTLAB_FRESH_INTERPRETER") == "1"
-        runner = run_isolated if fresh else run_forked
-        mode = "fresh interpreter" if fresh else "forked from a preloaded process"
+        if kind not in self._hosts:
+            self._hosts[kind] = TaskHost(self._artifacts or Artifacts.locate(), kind, self.env)
+        return self._hosts[kind]
+
+    def _run(self, kind: str, target: str, payload, platform: str, timeout: float, scratch_mb: int,
+             env: dict | None = None):
+        from layoutlab.platforms import platform_profile
 
         memory_mb = platform_profile(platform).memory_mb
         with self._one_at_a_time:
             started = time.perf_counter()
-            outcome = runner(target, {**request, "memory_mb": memory_mb}, memory_mb=memory_mb, cpu=self.cpu,
-                             env={**self.env, "LAYOUTLAB_PLATFORM": platform, "LAYOUTLAB_TASK_PROCESS": mode,
-                                  **(env or {})},
-                             timeout=timeout, on_output=self._task_output)
-        LOG.info("%s %s on %s: %s in %.2f s (task's own wall %.2f s)", target.rsplit(":", 1)[-1],
-                 request.get("function") or request.get("kind"), platform, "ok" if outcome.ok else "failed",
-                 time.perf_counter() - started, outcome.process_wall_s)
+            outcome = self._host(kind).run(target, payload, memory_mb=memory_mb, cpu=self.cpu, timeout=timeout,
+                                           scratch_limit_mb=scratch_mb, env={"LAYOUTLAB_PLATFORM": platform, **(env or {})},
+                                           on_output=self._task_output)
+        LOG.info("%s on %s (%s): %s in %.2f s (task's own wall %.2f s)", target, platform, kind,
+                 "ok" if outcome.ok else "failed", time.perf_counter() - started, outcome.process_wall_s)
         if not outcome.ok:
             LOG.warning("local task %s failed: %s", target, outcome.error)
             error_type = outcome.error_type or "TaskFailed"
@@ -234,13 +226,24 @@ class Dispatcher:
             raise sfn_adapter.TaskFailed(error_type, outcome.error or "failed")
         return outcome.result
 
+    def stop(self) -> None:
+        for host in self._hosts.values():
+            host.stop()
+
     def invoke_lambda(self, function: str, event):
         name = function.removeprefix(PREFIX + "-").replace("-", "_")
         if name not in FUNCTIONS:
             raise sfn_adapter.TaskFailed("Lambda.ResourceNotFoundException", f"no local function {function!r}")
+        function_env = {"AWS_LAMBDA_FUNCTION_NAME": function_name(name), "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                        "LAYOUTLAB_FUNCTION_ARN": function_arn(name),
+                        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function_name(name)}"}
+        platform = _platform_for(name, event)
+        from layoutlab.platforms import platform_profile
+
+        function_env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(platform_profile(platform).memory_mb)
         try:
-            return self._run("layoutlab.local.dispatch:call_handler", {"function": name, "event": event},
-                             _platform_for(name, event), self.timeouts[name])
+            return self._run("lambda", f"handler:{name}", event, platform, self.timeouts[name],
+                             self.scratch_mb[name], env=function_env)
         except sfn_adapter.TaskFailed as failure:
             if failure.error == "States.Timeout":
                 # What lambda:invoke reports when the function hits its own timeout; a function
@@ -257,14 +260,12 @@ class Dispatcher:
         env = {e["Name"]: e["Value"] for e in overrides[0].get("Environment", [])}
         payload = json.loads(env.get("LAYOUTLAB_TASK_PAYLOAD", "{}"))
         platform = payload.get("platform", "local-fargate") if kind == "bench" else "local-fargate"
-        self._run("layoutlab.local.dispatch:call_task", {"kind": kind}, platform, self.timeouts[kind], env=env)
+        self._run("fargate", f"task:{kind}", None, platform, self.timeouts[kind], self.scratch_mb[f"fargate-{kind}"],
+                  env=env)
 
 
 def install(moto_endpoint: str, proxy_control: str | None, cpu: int | None) -> Dispatcher:
-    """Route the state machine's tasks in this process (the local cloud server) to fresh processes."""
-    # What the preloaded fork server's imports read (the handlers' Powertools set-up).
-    for name in ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_TRACE_DISABLED"):
-        os.environ[name] = task_environment(moto_endpoint, proxy_control)[name]
+    """Route the state machine's tasks in this process (the local cloud server) to the artifact runtime."""
     dispatcher = Dispatcher(moto_endpoint, proxy_control, cpu)
     sfn_adapter.install(dispatcher.invoke_lambda, dispatcher.run_task)
     return dispatcher

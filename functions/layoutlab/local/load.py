@@ -168,7 +168,10 @@ def run_load(pipeline, sample: str | Path, n: int, plan: str, *, timeout: float 
         # One dispatcher per event: each runs its ingest process at once with the others.
         def deliver(event):
             dispatcher = dispatch.Dispatcher(pipeline.cloud.moto_endpoint, pipeline.cloud.control_url, None)
-            return dispatcher.invoke_lambda(dispatch.function_name("ingest"), event)["outcomes"]
+            try:
+                return dispatcher.invoke_lambda(dispatch.function_name("ingest"), event)["outcomes"]
+            finally:
+                dispatcher.stop()
 
         with ThreadPoolExecutor(max_workers=n) as pool:
             outcomes = [o for batch in pool.map(deliver, events) for o in batch]

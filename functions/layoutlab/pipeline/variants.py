@@ -48,7 +48,7 @@ def _prefix_size(s3, bucket: str, prefix: str) -> int:
 
 
 def _peak_rss_mb() -> float:
-    from layoutlab.local.isolation import peak_rss_mb
+    from layoutlab.bench.isolation import peak_rss_mb
 
     return peak_rss_mb()
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from layoutlab.local.isolation import run_isolated
+from layoutlab.bench.isolation import run_isolated
 
 # targets the child imports: functions of this test module would need the tests on the path,
 # so the children call small library functions with known behaviour instead.
@@ -15,15 +15,16 @@ from layoutlab.local.isolation import run_isolated
 def test_result_cpu_pin_and_fresh_process():
     result = run_isolated("os:sched_getaffinity", 0, memory_mb=1769)
     assert not result.ok and "not JSON" in result.error  # a set is not JSON: said, not stringified
-    result = run_isolated("layoutlab.local.isolation:describe_process", None, memory_mb=1769)
+    measured = max(os.sched_getaffinity(0))
+    result = run_isolated("layoutlab.bench.isolation:describe_process", None, memory_mb=1769, cpu=measured)
     assert result.ok, result.error
     seen = result.result
-    assert seen["cpus"] == [result.cpu] == [max(os.sched_getaffinity(0))]  # pinned to the measured core
+    assert seen["cpus"] == [result.cpu] == [measured]  # pinned to the core asked for
     assert seen["rlimit_data"] == 1769 * 2**20
     assert seen["ppid"] == os.getpid() and seen["pid"] != os.getpid()  # a fresh child of ours
     assert seen["modules"] < 200  # cold: nothing of the parent's imports
     assert 5 < result.peak_rss_mb < 100 and result.process_wall_s > 0
-    again = run_isolated("layoutlab.local.isolation:describe_process", None, cpu=None)
+    again = run_isolated("layoutlab.bench.isolation:describe_process", None, cpu=None)
     assert again.result["pid"] != seen["pid"] and again.result["cpus"] == sorted(os.sched_getaffinity(0))
 
 
@@ -56,3 +57,17 @@ def test_peak_rss_is_the_childs_own():
     # ones returns an array, which is not JSON: the call ran and its memory was still measured
     assert not big.ok and big.peak_rss_mb > small.peak_rss_mb + 400
     assert small.peak_rss_mb < 100
+
+
+def test_child_imports_what_the_parent_put_on_sys_path(tmp_path, monkeypatch):
+    """Lambda's bootstrap adds the layer (/opt/python) to sys.path in-process while the environment
+    says PYTHONPATH=/var/runtime: a child given the environment alone could not import the layer's
+    packages (every bench case failed with "No module named numpy"). The child sees sys.path."""
+    layer = tmp_path / "opt-python"
+    layer.mkdir()
+    (layer / "only_in_the_layer.py").write_text("def answer(_payload):\n    return 42\n")
+    monkeypatch.syspath_prepend(str(layer))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "var-runtime"))
+    result = run_isolated("only_in_the_layer:answer", None)
+    assert result.ok, result.error
+    assert result.result == 42

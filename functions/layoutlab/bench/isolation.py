@@ -1,9 +1,9 @@
-"""Run one function call the way Lambda or Fargate would: a fresh, cold process.
+"""Run one function call in a fresh, cold process: how a benchmark case is kept cold.
 
 ``run_isolated("pkg.module:function", payload, memory_mb=1769)`` starts a new
 Python interpreter that, before importing anything heavy, pins itself to one
-core (``os.sched_setaffinity``; by default the core the local servers do not
-use, see ``layoutlab.local.cloud.core_split``) and caps its memory
+core when asked (``cpu=``; the local CLI passes the core its servers leave
+free; on Lambda and Fargate the child keeps the task's own CPUs) and caps its memory
 (``resource.setrlimit(RLIMIT_DATA)``: heap and anonymous mappings, the part of a
 process that grows with the data it reads, as Lambda's memory limit does;
 ``RLIMIT_AS`` would also count address space that libraries only reserve). It
@@ -17,8 +17,14 @@ exits. ``ru_maxrss`` cannot be used for it: Linux carries the high-water mark
 of the pre-exec (v)forked image across ``exec``, so every child would report at
 least the parent's RSS (150+ MB under pytest for a 14 MB child).
 
-The local pipeline dispatches every Lambda/Fargate task through this, and the
-benchmark runner every repetition.
+The child is started with the parent's interpreter and sees the parent's
+``sys.path`` (passed as ``PYTHONPATH``): on Lambda the bootstrap adds the layer
+(``/opt/python``) to ``sys.path`` in-process while the environment says only
+``PYTHONPATH=/var/runtime``, so a child given the environment alone could not
+import numpy.
+
+This is cloud code (the bench handler runs every case through it on Lambda and
+Fargate): it never imports the local emulator.
 """
 
 from __future__ import annotations
@@ -79,10 +85,13 @@ def describe_process(_payload=None) -> dict:
             "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0], "modules": len(sys.modules)}
 
 
-def _default_cpu() -> int:
-    from layoutlab.local.cloud import core_split
-
-    return core_split()[1]
+def child_pythonpath(environ: dict[str, str]) -> str:
+    """``PYTHONPATH`` for a child interpreter: this process's ``sys.path`` (what it can import), then the
+    environment's own entries. Entries that are not directories (the stdlib zip that may be missing) are
+    kept: the child's interpreter adds its standard library itself."""
+    entries = [entry for entry in sys.path if entry]
+    entries += [entry for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in entries]
+    return os.pathsep.join(entries)
 
 
 def write_request(workdir: str, target: str, payload: object, cpu, memory_mb) -> tuple[str, str, str]:
@@ -96,25 +105,24 @@ def write_request(workdir: str, target: str, payload: object, cpu, memory_mb) ->
     return request_path, result_path, output_path
 
 
-def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = -1,
+def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = None,
                  env: dict[str, str] | None = None, timeout: float | None = None,
                  on_output=None) -> IsolatedResult:
     """Call ``target`` ("module:function") with ``payload`` in a fresh pinned, memory-capped process.
 
-    ``cpu=-1`` (default) picks the measured core; ``None`` leaves affinity alone.
+    ``cpu`` pins the child to that core; ``None`` (default) leaves the affinity it inherits.
     ``env`` is added to the current environment. ``on_output``, if given, is
     called with everything the child printed (bytes). Never raises for a failure
     of the child: the result says what happened.
     """
-    if cpu == -1:
-        cpu = _default_cpu()
     child_env = dict(os.environ)
     child_env.update(env or {})
+    child_env["PYTHONPATH"] = child_pythonpath(child_env)
     with tempfile.TemporaryDirectory(prefix="layoutlab-task-") as workdir:
         request_path, result_path, output_path = write_request(workdir, target, payload, cpu, memory_mb)
         started = time.perf_counter()
         with open(output_path, "wb") as output:
-            process = subprocess.Popen([sys.executable, "-m", "layoutlab.local.isolation", request_path],
+            process = subprocess.Popen([sys.executable, "-m", "layoutlab.bench.isolation", request_path],
                                        stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                        env=child_env, close_fds=True)
         timed_out = threading.Event()
