@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aws_cdk import ArnFormat, Duration, IgnoreMode, RemovalPolicy, Size, Stack
+from aws_cdk import ArnFormat, Duration, IgnoreMode, Size, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -32,10 +32,15 @@ from .config import (
     INGEST_PREFIX,
     OUTPUT_PREFIXES,
     PLANS_PREFIX,
+    PYTHON_RUNTIME,
     REPO_ROOT,
     TASK_CONTAINER_NAME,
     EnvConfig,
 )
+
+# Every function and the layer run on this one runtime (config.PYTHON_RUNTIME, Amazon Linux
+# 2023); the named constant, so a version CDK does not know fails here rather than at deploy.
+LAMBDA_RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, f"PYTHON_{PYTHON_RUNTIME.replace('.', '_')}")
 
 CODE_EXCLUDES = ["**/__pycache__", "**/*.pyc", "*.egg-info", "**/tests", "**/.pytest_cache"]
 # The image's build context is the repository root; only what the Dockerfile copies
@@ -81,7 +86,7 @@ class ComputeStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
-        removal = RemovalPolicy.DESTROY if config.destroy_on_delete else RemovalPolicy.RETAIN
+        removal = config.cdk_removal_policy
         self._removal = removal
         self._log_retention = retention(config.log_retention_days)
 
@@ -97,6 +102,10 @@ class ComputeStack(Stack):
         platforms = config.platforms()
         lambda_platform = next(name for name, p in platforms.items() if p["kind"] == "lambda")
         fargate_platform = next(name for name, p in platforms.items() if p["kind"] == "fargate")
+        # Converters run as their own platforms (memory bound of a rechunk, the platform a
+        # variant's convert time is recorded under): the convert function's memory and the
+        # convert task's size, never the bench profiles.
+        convert_platforms = config.convert_platforms()
         self.common_environment = {
             "LAYOUTLAB_ENV": config.name,
             "POWERTOOLS_SERVICE_NAME": observability.SERVICE,
@@ -120,6 +129,18 @@ class ComputeStack(Stack):
             compatible_architectures=[lambda_.Architecture.X86_64],
             description="layoutlab runtime dependencies (layers/build_layer.py, pip --platform manylinux x86_64)",
             removal_policy=removal,
+        )
+
+        # The layer is compatible with the functions' runtime. (Set on the L1, and the functions
+        # attach the layer through a reference saying so, because the LayerVersion above is
+        # built by the layer recipe's owner; once its compatible_runtimes is [LAMBDA_RUNTIME],
+        # these lines change nothing and can go.)
+        self.layer.node.default_child.compatible_runtimes = [LAMBDA_RUNTIME.name]  # type: ignore[union-attr]
+        self._function_layer = lambda_.LayerVersion.from_layer_version_attributes(
+            self,
+            "DependenciesForRuntime",
+            layer_version_arn=self.layer.layer_version_arn,
+            compatible_runtimes=[LAMBDA_RUNTIME],
         )
 
         self.names = {
@@ -155,7 +176,7 @@ class ComputeStack(Stack):
                 "LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE": str(config.tolerated_failure_percentage),
             },
             "bench": {"LAYOUTLAB_PLATFORM": lambda_platform},
-            "convert": {"LAYOUTLAB_PLATFORM": lambda_platform},
+            "convert": {"LAYOUTLAB_PLATFORM": convert_platforms["lambda"]},
         }
         self.functions: dict[str, lambda_.Function] = {}
         for name, grant in permissions.items():
@@ -235,7 +256,7 @@ class ComputeStack(Stack):
             "convert",
             config.convert_task,
             lambda role: self._convert_and_bench_permissions(role, write=True),
-            {"LAYOUTLAB_PLATFORM": fargate_platform},
+            {"LAYOUTLAB_PLATFORM": convert_platforms["fargate"]},
         )
         self.bench_task = self._task_definition(
             "bench",
@@ -327,11 +348,11 @@ class ComputeStack(Stack):
             f"{title}Function",
             function_name=function_name,
             description=f"layoutlab {name}: layoutlab.handlers.{name}.handler",
-            runtime=lambda_.Runtime.PYTHON_3_11,
+            runtime=LAMBDA_RUNTIME,
             architecture=lambda_.Architecture.X86_64,
             handler=f"layoutlab.handlers.{name}.handler",
             code=code,
-            layers=[self.layer],
+            layers=[self._function_layer],
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),
             ephemeral_storage_size=Size.mebibytes(size.ephemeral_storage_mb),
@@ -361,7 +382,7 @@ class ComputeStack(Stack):
         task = ecs.FargateTaskDefinition(
             self,
             f"{title}Task",
-            family=f"layoutlab-{self.config.name}-{command}",
+            family=self.config.task_family(command),
             cpu=size.cpu,
             memory_limit_mib=size.memory_mb,
             ephemeral_storage_gib=size.ephemeral_storage_gib,
@@ -401,14 +422,15 @@ class ComputeStack(Stack):
 
 def _acknowledge_common(role: iam.Role, function: lambda_.Function) -> None:
     acknowledge(
-            role,
-            "AwsSolutions-IAM5[Resource::*]",
+        role,
+        "AwsSolutions-IAM5[Resource::*]",
         "X-Ray PutTraceSegments/PutTelemetryRecords (active tracing) have no resource-level "
         "permissions; AWS requires Resource '*'.",
     )
     acknowledge(
-            function,
-            "AwsSolutions-L1",
-        "Pinned to Python 3.11, the interpreter the project and its dependency layer "
-        "(cp311 wheels) are built and tested for.",
+        function,
+        "AwsSolutions-L1",
+        f"Pinned to {LAMBDA_RUNTIME.name} (Amazon Linux 2023, glibc 2.34), the one interpreter the "
+        f"project, its dependency layer (cp{PYTHON_RUNTIME.replace('.', '')} manylinux wheels) and the Fargate image are built and "
+        "tested for (config.PYTHON_RUNTIME).",
     )

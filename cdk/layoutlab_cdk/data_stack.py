@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -24,7 +24,7 @@ IDEMPOTENCY_TTL = "expiration"
 class DataStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: EnvConfig, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        removal = RemovalPolicy.DESTROY if config.destroy_on_delete else RemovalPolicy.RETAIN
+        removal = config.cdk_removal_policy  # prod: RETAIN_ON_UPDATE_OR_DELETE (config.py)
 
         bucket_defaults = dict(
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
@@ -48,6 +48,16 @@ class DataStack(Stack):
             "This is the server-access-log bucket of the other buckets; logging it into itself would loop.",
         )
 
+        # Datasets are version-pinned: RUN/VARIANT/RESULT items and the "original" variant's URI
+        # name the exact source version they measured, and results are kept (no TTL). A version
+        # that became noncurrent (the key was uploaded again) therefore stays as long as what was
+        # made from it: for ever where variants are kept (prod: 0 = no expiration rule at all),
+        # else at least as long as the variants (config.validate enforces both).
+        ingest_lifecycle = []
+        if config.noncurrent_versions_expire_days:
+            ingest_lifecycle.append(
+                s3.LifecycleRule(noncurrent_version_expiration=Duration.days(config.noncurrent_versions_expire_days))
+            )
         self.ingest_bucket = s3.Bucket(
             self,
             "Ingest",
@@ -55,7 +65,7 @@ class DataStack(Stack):
             versioned=True,  # a dataset is one object *version*; re-uploads never overwrite evidence
             server_access_logs_bucket=self.access_logs_bucket,
             server_access_logs_prefix="ingest/",
-            lifecycle_rules=[s3.LifecycleRule(noncurrent_version_expiration=Duration.days(30))],
+            lifecycle_rules=ingest_lifecycle,
             **bucket_defaults,
         )
         # S3 → EventBridge natively (NotificationConfiguration.EventBridgeConfiguration) instead of
@@ -89,7 +99,9 @@ class DataStack(Stack):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=removal,
-            deletion_protection=not config.destroy_on_delete,
+            # off for a first deploy: DeleteTable is refused under it, so a rolled-back create
+            # could not remove the fixed-name table (config.table_deletion_protection)
+            deletion_protection=config.table_deletion_protection,
         )
         self.results_table = dynamodb.TableV2(
             self,

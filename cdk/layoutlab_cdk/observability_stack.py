@@ -6,9 +6,10 @@ handlers emit with — so a graph cannot drift from what the code writes.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -170,12 +171,50 @@ class ObservabilityStack(Stack):
         )
 
         # ---- alarms -------------------------------------------------------------------
+        # Every alarm notifies this topic. It is encrypted with a key of its own: CloudWatch
+        # cannot publish to a topic under the AWS managed key (alias/aws/sns, whose policy
+        # cannot grant the cloudwatch service principal), so notifications would be dropped
+        # silently. Both the key and the topic let CloudWatch in only for this environment's
+        # alarms (names layoutlab-<env>-*) in this account.
+        alarm_prefix = f"layoutlab-{config.name}-"
+        from_our_alarms = {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:{Aws.ACCOUNT_ID}:alarm:{alarm_prefix}*"},
+        }
+        cloudwatch = iam.ServicePrincipal("cloudwatch.amazonaws.com")
+        self.alarm_key = kms.Key(
+            self,
+            "AlarmsKey",
+            description=f"layoutlab {config.name}: encrypts the alarm topic",
+            enable_key_rotation=True,
+            pending_window=Duration.days(7),
+            removal_policy=config.cdk_removal_policy,
+        )
+        self.alarm_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublishToTheEncryptedTopic",
+                principals=[cloudwatch],
+                # the pair AWS documents for services publishing to an SSE-KMS topic
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions=from_our_alarms,
+            )
+        )
         self.alarm_topic = sns.Topic(
             self,
             "Alarms",
             display_name=f"layoutlab {config.name} alarms",
-            master_key=kms.Alias.from_alias_name(self, "SnsManagedKey", "alias/aws/sns"),
+            master_key=self.alarm_key,
             enforce_ssl=True,
+        )
+        self.alarm_topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchAlarmsPublish",
+                principals=[cloudwatch],
+                actions=["sns:Publish"],
+                resources=[self.alarm_topic.topic_arn],
+                conditions=from_our_alarms,
+            )
         )
         if config.alarm_email:
             self.alarm_topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
@@ -185,6 +224,7 @@ class ObservabilityStack(Stack):
             created = cw.Alarm(
                 self,
                 construct_id,
+                alarm_name=f"{alarm_prefix}{construct_id}",
                 alarm_description=description,
                 metric=metric,
                 threshold=threshold,
@@ -241,6 +281,12 @@ class ObservabilityStack(Stack):
                 ),
             ),
         ]
+        CfnOutput(
+            self,
+            "AlarmTopicArn",
+            value=self.alarm_topic.topic_arn,
+            description="Every alarm notifies this topic; subscribe here (or set alarm_email in cdk.json)",
+        )
         CfnOutput(
             self,
             "DashboardUrl",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -43,11 +43,16 @@ class PipelineStack(Stack):
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        removal = RemovalPolicy.DESTROY if config.destroy_on_delete else RemovalPolicy.RETAIN
+        removal = config.cdk_removal_policy  # prod: RETAIN_ON_UPDATE_OR_DELETE (config.py)
         functions = compute.functions
         outputs_bucket = config.bucket_name("outputs")
 
         self.definition_text = ASL_PATH.read_text()
+        # Task definitions go in by *family* (plain strings fixed by config): RunTask then runs
+        # the latest ACTIVE revision. A revision ARN would be a cross-stack export that changes
+        # with every image or code change, and CloudFormation refuses to update an export
+        # another stack imports ("export ... in use"): the second deploy would fail.
+        task_families = {command: config.task_family(command) for command in ("convert", "bench")}
         self.substitutions = {
             "PlanFunctionArn": functions["plan"].function_arn,
             "ConvertFunctionArn": functions["convert"].function_arn,
@@ -55,8 +60,8 @@ class PipelineStack(Stack):
             "SummarizeFunctionArn": functions["summarize"].function_arn,
             "RecordFailureFunctionArn": functions["record_failure"].function_arn,
             "ClusterArn": compute.cluster.cluster_arn,
-            "ConvertTaskDefinitionArn": compute.convert_task.task_definition_arn,
-            "BenchTaskDefinitionArn": compute.bench_task.task_definition_arn,
+            "ConvertTaskDefinitionArn": task_families["convert"],
+            "BenchTaskDefinitionArn": task_families["bench"],
             "TaskSubnet1": compute.task_subnets[0].subnet_id,
             "TaskSubnet2": compute.task_subnets[1].subnet_id,
             "TaskSecurityGroup": compute.task_security_group.security_group_id,
@@ -92,8 +97,13 @@ class PipelineStack(Stack):
         policy.allow(
             role,
             ["ecs:RunTask"],
-            [compute.convert_task.task_definition_arn, compute.bench_task.task_definition_arn],
+            [
+                f"arn:{Aws.PARTITION}:ecs:{Aws.REGION}:{Aws.ACCOUNT_ID}:task-definition/{family}:*"
+                for family in task_families.values()
+            ],
             conditions={"ArnEquals": {"ecs:cluster": compute.cluster.cluster_arn}},
+            wildcard_reason="Any revision of this pipeline's two task families: the state machine names the "
+            "family (latest ACTIVE revision), so a new image needs no change here.",
         )
         policy.allow(
             role,
