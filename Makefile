@@ -154,3 +154,10 @@ bench-load: sysdeps venv
 bench-access: sysdeps venv
 	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
 	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json
+
+# Preflight (issue 14): what in cdk.json's environment ENV the AWS account of your credentials
+# cannot run (Lambda memory and concurrency, Fargate vCPU quota, CDK bootstrap). Read-only.
+# Exit 1: something cannot run; 2: doctor cannot check (e.g. no credentials).
+.PHONY: preflight
+preflight: venv
+	$(VENV)/bin/layoutlab doctor --env $(ENV)
