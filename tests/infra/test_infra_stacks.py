@@ -95,6 +95,11 @@ def test_results_table_is_single_table_with_pattern_index_and_tables_have_pitr(d
 
 @pytest.mark.parametrize("env_fixture", ["dev", "prod"])
 def test_functions_have_explicit_handler_runtime_arch_memory_timeout(env_fixture, request):
+    from layoutlab_cdk.config import PYTHON_RUNTIME
+
+    # Amazon Linux 2023 runtimes (glibc 2.34): python3.11 runs on Amazon Linux 2 (glibc 2.26),
+    # where the layer's numpy and h5py cannot load (DESIGN.md §7).
+    assert tuple(map(int, PYTHON_RUNTIME.split("."))) >= (3, 12)
     synth = request.getfixturevalue(env_fixture)
     functions = {
         f["Properties"]["Handler"]: f["Properties"] for f in synth.resources("compute", "AWS::Lambda::Function").values()
@@ -103,7 +108,7 @@ def test_functions_have_explicit_handler_runtime_arch_memory_timeout(env_fixture
     assert expected <= set(functions)
     for name, size in synth.config.functions.items():
         props = functions[f"layoutlab.handlers.{name}.handler"]
-        assert props["Runtime"] == "python3.11"
+        assert props["Runtime"] == f"python{PYTHON_RUNTIME}"
         assert props["Architectures"] == ["x86_64"]
         assert props["MemorySize"] == size.memory_mb
         assert props["Timeout"] == size.timeout_seconds
@@ -117,6 +122,32 @@ def test_functions_have_explicit_handler_runtime_arch_memory_timeout(env_fixture
     assert {p["kind"] for p in platforms.values()} == {"lambda", "fargate"}
     bench_env = functions["layoutlab.handlers.bench.handler"]["Environment"]["Variables"]
     assert bench_env["LAYOUTLAB_PLATFORM"] in platforms
+    (layer,) = synth.resources("compute", "AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["CompatibleRuntimes"] == [f"python{PYTHON_RUNTIME}"]
+
+
+@pytest.mark.parametrize("env_fixture", ["dev", "prod"])
+def test_converters_run_as_the_convert_platforms_not_the_bench_ones(env_fixture, request):
+    """A conversion's memory bound (rechunk max_mem) and the platform its VARIANT item and
+    metrics name come from LAYOUTLAB_PLATFORM: the convert function's memory and the convert
+    task's size, each a name layoutlab.platforms accepts."""
+    from layoutlab.platforms import platform_profile
+
+    synth = request.getfixturevalue(env_fixture)
+    config = synth.config
+    functions = {f["Properties"]["Handler"]: f["Properties"]
+                 for f in synth.resources("compute", "AWS::Lambda::Function").values() if "Handler" in f["Properties"]}
+    convert_env = functions["layoutlab.handlers.convert.handler"]["Environment"]["Variables"]
+    lambda_profile = platform_profile(convert_env["LAYOUTLAB_PLATFORM"])
+    assert (lambda_profile.kind, lambda_profile.memory_mb) == ("lambda", config.functions["convert"].memory_mb)
+    tasks = {t["Properties"]["Family"]: t["Properties"] for t in synth.resources("compute", "AWS::ECS::TaskDefinition").values()}
+    for command, size in (("convert", config.convert_task), ("bench", config.bench_task)):
+        task = tasks[config.task_family(command)]
+        (container,) = task["ContainerDefinitions"]
+        platform = {e["Name"]: e["Value"] for e in container["Environment"]}["LAYOUTLAB_PLATFORM"]
+        profile = platform_profile(platform)
+        assert (profile.kind, profile.vcpu, profile.memory_mb) == ("fargate", size.cpu / 1024, size.memory_mb)
+        assert (profile.vcpu * 1024, profile.memory_mb) == (int(task["Cpu"]), int(task["Memory"]))
 
 
 def test_fargate_task_definitions_run_the_same_entry_points(dev):
@@ -146,9 +177,11 @@ def test_deployed_definition_is_the_asl_file_with_every_placeholder_substituted(
     assert set(substitutions) == placeholders
     rendered = {k: render(v) for k, v in substitutions.items()}
     for name in ("PlanFunctionArn", "ConvertFunctionArn", "BenchFunctionArn", "SummarizeFunctionArn",
-                 "RecordFailureFunctionArn", "ClusterArn", "ConvertTaskDefinitionArn", "BenchTaskDefinitionArn",
-                 "TaskSubnet1", "TaskSubnet2", "TaskSecurityGroup"):
+                 "RecordFailureFunctionArn", "ClusterArn", "TaskSubnet1", "TaskSubnet2", "TaskSecurityGroup"):
         assert rendered[name].startswith("${Import:layoutlab-dev-compute:"), (name, rendered[name])
+    # task definitions by family (RunTask takes the latest ACTIVE revision): no revision ARN crosses stacks
+    assert rendered["ConvertTaskDefinitionArn"] == "layoutlab-dev-convert"
+    assert rendered["BenchTaskDefinitionArn"] == "layoutlab-dev-bench"
     assert rendered["OutputsBucketName"] == "layoutlab-dev-outputs-${AWS::AccountId}-${AWS::Region}"
     assert rendered["TaskContainerName"] == "layoutlab"
     assert props["StateMachineName"] == "layoutlab-dev-pipeline"
@@ -251,12 +284,8 @@ def test_dev_and_prod_differ_in_sizes_retention_and_removal(dev, prod):
         return {r.get("DeletionPolicy") for r in synth.resources("data", cfn_type).values()}
 
     assert deletion_policies(dev, "AWS::S3::Bucket") == {"Delete"}
-    assert deletion_policies(prod, "AWS::S3::Bucket") == {"Retain"}
-    assert deletion_policies(prod, "AWS::DynamoDB::GlobalTable") == {"Retain"}
-    assert all(
-        t["Properties"]["Replicas"][0].get("DeletionProtectionEnabled") is True
-        for t in prod.resources("data", "AWS::DynamoDB::GlobalTable").values()
-    )
+    assert deletion_policies(prod, "AWS::S3::Bucket") == {"RetainExceptOnCreate"}
+    assert deletion_policies(prod, "AWS::DynamoDB::GlobalTable") == {"RetainExceptOnCreate"}
     assert dev.config.functions["convert"].memory_mb < prod.config.functions["convert"].memory_mb
     assert dev.config.convert_task.cpu < prod.config.convert_task.cpu
 
