@@ -176,3 +176,37 @@ def test_lists_for_distributed_maps_are_read_from_the_outputs_bucket_never_incom
         assert writer["Bucket"] == "${OutputsBucketName}"
         assert writer["Prefix"].startswith(cdk_config.OUTPUT_PREFIXES["map_runs"])
     assert cdk_config.INGEST_PREFIX not in ASL_PATH.read_text()
+
+
+# Step Functions' own error names for ecs:runTask.sync (Developer Guide, "Run Amazon ECS or
+# Fargate tasks"): an ECS API error is ECS.<Exception>, e.g. ECS.AmazonECSException when RunTask
+# is refused; a RunTask answer with a non-empty `failures` list (no Fargate capacity in the AZ,
+# ...) fails the state as AmazonECS.Unknown. Both are transient and retried with backoff.
+ECS_TRANSIENT_ERRORS = {"ECS.AmazonECSException", "AmazonECS.Unknown"}
+
+
+def test_fargate_tasks_have_a_timeout_and_retry_runtask_capacity_failures(asl):
+    fargate = {
+        f"{path}{name}": state for path, name, state in walk_states(asl["States"])
+        if state.get("Resource") == "arn:aws:states:::ecs:runTask.sync"
+    }
+    assert len(fargate) == 2
+    for name, state in fargate.items():
+        # without TimeoutSeconds a hung task holds the execution for up to a year
+        assert isinstance(state.get("TimeoutSeconds"), int) and state["TimeoutSeconds"] > 0, name
+        assert "TimeoutSecondsPath" not in state and "HeartbeatSeconds" not in state, name
+        retries = state.get("Retry", [])
+        covered = {error for retry in retries for error in retry["ErrorEquals"] if retry.get("BackoffRate", 1) > 1}
+        assert ECS_TRANSIENT_ERRORS <= covered, f"{name} does not retry {ECS_TRANSIENT_ERRORS - covered}"
+        assert not any("States.ALL" in r["ErrorEquals"] or "States.TaskFailed" in r["ErrorEquals"]
+                       for r in retries), f"{name}: a task that ran and failed is a result, not a glitch"
+    # consistent with the environments' sizes (also checked at synth: config.task_timeout_problems)
+    timeouts = cdk_config.ecs_task_timeouts(asl)
+    assert timeouts == {
+        "ConvertTaskDefinitionArn": fargate["ConvertVariants/ConvertOnFargate"]["TimeoutSeconds"],
+        "BenchTaskDefinitionArn": fargate["BenchCases/BenchOnFargate"]["TimeoutSeconds"],
+    }
+    readme = (REPO_ROOT / "stepfunctions" / "README.md").read_text()
+    for seconds in timeouts.values():
+        assert f"`TimeoutSeconds` {seconds}" in readme, "stepfunctions/README.md documents each ECS timeout"
+    assert "AmazonECS.Unknown" in readme
