@@ -58,18 +58,48 @@ def local_definition(asl_text: str, substitutions: dict[str, str]) -> str:
     return text
 
 
+def shorter_retry_intervals(asl_text: str) -> str:
+    """Every Retry's IntervalSeconds set to 1 (what is retried, how often and the backoff stay),
+    so a retried error costs the tests a second instead of ECS's ten."""
+    definition = json.loads(asl_text)
+
+    def shorten(node) -> None:
+        if isinstance(node, dict):
+            for retry in node.get("Retry", []):
+                retry["IntervalSeconds"] = 1
+            for value in node.values():
+                shorten(value)
+        elif isinstance(node, list):
+            for value in node:
+                shorten(value)
+
+    shorten(definition)
+    return json.dumps(definition)
+
+
+def error_named(name: str, message: str) -> Exception:
+    """An exception whose type name is ``name``: the Lambda runtime reports it as errorType, and
+    Step Functions matches Retry/Catch on it (how a state sees e.g. ``AmazonECS.Unknown``)."""
+    return type(name, (Exception,), {})(message)
+
+
 class FakeHandlers:
     """Test doubles for the handlers: record each call, answer like the contract says."""
 
-    def __init__(self, fail_cases=(), fail_convert=False):
+    def __init__(self, fail_cases=(), fail_convert=False, ecs_capacity_failures=0):
         self.calls: list[tuple[str, dict]] = []
         self.fail_cases = set(fail_cases)
         self.fail_convert = fail_convert
+        # the first N Fargate tasks fail to start as RunTask does without capacity under .sync
+        self.ecs_capacity_failures = ecs_capacity_failures
         self.lock = threading.Lock()
 
     def __call__(self, function: str, event: dict):
         with self.lock:
             self.calls.append((function, copy.deepcopy(event)))
+            if function.startswith("fargate-") and self.ecs_capacity_failures > 0:
+                self.ecs_capacity_failures -= 1
+                raise error_named("AmazonECS.Unknown", "RESOURCE:FARGATE capacity is unavailable at this time")
         if function == "plan":
             return {
                 "convert_tasks": [
@@ -154,7 +184,9 @@ def pipeline(monkeypatch):
         }
         sfn = boto3.client("stepfunctions", region_name=REGION)
         machine = sfn.create_state_machine(
-            name="layoutlab-local-pipeline", definition=local_definition(ASL_TEXT, substitutions), roleArn=role_arn
+            name="layoutlab-local-pipeline",
+            definition=local_definition(shorter_retry_intervals(ASL_TEXT), substitutions),
+            roleArn=role_arn,
         )["stateMachineArn"]
 
         def run(handlers: FakeHandlers):
@@ -226,3 +258,26 @@ def test_local_definition_leaves_no_ecs_task_and_no_placeholder():
     assert bench_states["BenchOnFargate"]["Parameters"] == {"FunctionName": "fargate-bench", "Payload.$": "$"}
     assert bench_states["BenchOnFargate"]["Catch"] == json.loads(ASL_TEXT)["States"]["BenchCases"]["ItemProcessor"][
         "States"]["BenchOnFargate"]["Catch"]
+
+
+def test_a_fargate_task_refused_for_capacity_is_retried_and_the_dataset_goes_on(pipeline):
+    """RunTask without Fargate capacity fails an ecs:runTask.sync state as AmazonECS.Unknown
+    (before the task ran): the state's Retry runs it again, nothing is recorded as failed."""
+    status, _output, handlers = pipeline(FakeHandlers(ecs_capacity_failures=1))
+    assert status == "SUCCEEDED"
+    attempts = handlers.named("fargate-convert")
+    assert len(attempts) == 2 and attempts[0] == attempts[1]  # the same payload, run again
+    assert handlers.named("record_failure") == []
+
+
+def test_the_local_definition_keeps_the_ecs_states_timeouts_and_retries():
+    names = ("PlanFunctionArn ConvertFunctionArn BenchFunctionArn SummarizeFunctionArn RecordFailureFunctionArn "
+             "ClusterArn ConvertTaskDefinitionArn BenchTaskDefinitionArn TaskSubnet1 TaskSubnet2 TaskSecurityGroup "
+             "TaskContainerName OutputsBucketName").split()
+    original = json.loads(ASL_TEXT)
+    local = json.loads(local_definition(ASL_TEXT, {name: f"local-{name}" for name in names}))
+    for stage, state in (("ConvertVariants", "ConvertOnFargate"), ("BenchCases", "BenchOnFargate")):
+        before = original["States"][stage]["ItemProcessor"]["States"][state]
+        after = local["States"][stage]["ItemProcessor"]["States"][state]
+        assert after["TimeoutSeconds"] == before["TimeoutSeconds"] > 0
+        assert after["Retry"] == before["Retry"]
