@@ -52,7 +52,7 @@ def test_cases_measure_and_check_values(cloud, targets, pattern, reader, target)
     assert record["status"] == "ok", record["error"]
     assert validate_record(record) == []
     assert record["checksum_ok"] is True
-    assert record["requests"] >= 1 and record["bytes_transferred"] > 0 and record["request_counting"] == "proxy"
+    assert record["requests"] >= 1 and record["bytes_transferred"] > 0 and record["request_counting"] == "client+proxy"
     assert record["requests"] == sum(p["requests"] for p in record["phases"].values())
     assert record["wall_s"] == pytest.approx(record["open_s"] + record["select_s"] + record["load_s"])
     assert record["points"] > 0 and record["bytes_needed"] >= record["points"]

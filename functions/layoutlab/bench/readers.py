@@ -7,6 +7,13 @@ the same way whatever the library: ``array(path)`` (sliceable like numpy),
 page buffer, chunk cache, concurrency); after opening, ``Handle.settings`` adds
 what the library actually used (e.g. HDF5's chunk cache when left at default).
 
+Every reader counts its own S3 requests and response bytes at the client
+(``Reader.requests``, a ``layoutlab.bench.accounting.RequestCounter``) through
+the S3 client it creates, without changing what it requests: s3fs (h5py,
+xarray, zarr-fsspec) through botocore events on an aiobotocore session of its
+own, obstore through a counting zarr ObjectStore. HDF5's ros3 driver has no
+hook (``counts_requests = False``).
+
 Readers (``READERS``):
   h5py-s3fs-default  h5py on an s3fs file with every library default (what most users run)
   h5py-s3fs-aligned  s3fs block cache with blocks = HDF5 page size, HDF5 page buffer,
@@ -27,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from layoutlab import storage
+from layoutlab.bench import accounting
 from layoutlab.errors import UserError
 
 MiB = 2**20
@@ -189,10 +197,12 @@ class Reader(abc.ABC):
     name = ""
     kind = ""  # what it reads: "hdf5" or "zarr"
     description = ""
+    counts_requests = True  # False: the library sends requests this process cannot see (ros3)
 
     def __init__(self, options: dict | None = None, variant: str | None = None):
         self.options = dict(options or {})
         self.variant = variant
+        self.requests = accounting.RequestCounter()  # every request of every open() of this reader
 
     modules: tuple = ()  # imported by prepare(), outside the timed region
 
@@ -229,7 +239,8 @@ class H5pyS3fsDefault(Reader):
     def open(self, url):
         import h5py
 
-        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True)
+        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
+                                     session=accounting.aiobotocore_session(self.requests))
         fs_kwargs, h5_kwargs = self._open_kwargs()
         fileobj = fs.open(url, "rb", **fs_kwargs)
         try:
@@ -272,6 +283,7 @@ class H5pyRos3(Reader):
     kind = "hdf5"
     modules = ("h5py",)
     description = "h5py with HDF5's read-only S3 driver (needs an h5py built with ros3)"
+    counts_requests = False  # libhdf5 sends its requests through libcurl: no hook to count them
 
     @property
     def settings(self):
@@ -319,7 +331,8 @@ class XarrayH5netcdf(Reader):
         import h5py
         import xarray as xr
 
-        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True)
+        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
+                                     session=accounting.aiobotocore_session(self.requests))
         fileobj = fs.open(url, "rb")
         try:
             h5py.File(fileobj, "r").close()  # fail early and clearly on non-HDF5 input
@@ -352,9 +365,8 @@ class ZarrObstore(Reader):
 
     def _store(self, loc):
         """(store, closers)"""
-        from zarr.storage import ObjectStore
-
-        return ObjectStore(storage.obstore_s3_store(loc.bucket, loc.key.rstrip("/") or None), read_only=True), []
+        store = storage.obstore_s3_store(loc.bucket, loc.key.rstrip("/") or None)
+        return accounting.counting_object_store(store, self.requests, read_only=True), []
 
     def open(self, url):
         import zarr
@@ -382,7 +394,8 @@ class ZarrFsspec(ZarrObstore):
     def _store(self, loc):
         from zarr.storage import FsspecStore
 
-        fs = storage.s3fs_filesystem(asynchronous=True, skip_instance_cache=True)
+        fs = storage.s3fs_filesystem(asynchronous=True, skip_instance_cache=True,
+                                     session=accounting.aiobotocore_session(self.requests))
 
         def close_session():
             # an asynchronous s3fs never closes its aiohttp session itself; close it on zarr's loop

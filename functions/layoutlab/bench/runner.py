@@ -14,10 +14,15 @@ A *case* is a plain dict::
   local runner must, and adds what the parent saw (peak RSS, process time).
 - ``run_cases`` runs a list sequentially with a progress bar.
 
-Request accounting: when ``LAYOUTLAB_PROXY_CONTROL`` names the local S3 proxy,
-``run_case`` opens a proxy client of its own with the case's latency/bandwidth
-and reads its counters after each phase. Elsewhere (real S3) requests are not
-counted (``request_counting: "none"``).
+Request accounting (``layoutlab.bench.accounting``): every reader counts its
+requests and response bytes at the client, wherever it runs; ``run_case`` reads
+those counters after each phase (open, select, load). When
+``LAYOUTLAB_PROXY_CONTROL`` names the local S3 proxy, ``run_case`` also opens a
+proxy client of its own with the case's latency/bandwidth and reads the proxy's
+counters after each phase. The record's ``requests``/``bytes_transferred``/...
+come from the client (``counts_source: "client"``), or from the proxy for a
+reader the client cannot count (ros3); ``client_counts`` and ``proxy_counts``
+keep both (``request_counting``: ``client+proxy``, ``client``, ``proxy`` or ``none``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 from pathlib import Path
 
 from layoutlab import storage
+from layoutlab.bench.accounting import ProxyCounter
 from layoutlab.errors import UserError
 from layoutlab.results.record import derive_rates, error_record, new_record
 
@@ -57,44 +63,58 @@ def _platform_profile(name: str) -> dict | None:
         return None
 
 
-class _Counter:
-    """Per-case proxy client: own port, own latency/bandwidth, own counters."""
+class _Counts:
+    """The reader's client counters and, when present, the local proxy's: one snapshot per phase boundary."""
 
-    def __init__(self, case: dict):
-        self.control = os.environ.get("LAYOUTLAB_PROXY_CONTROL")
-        self.client = None
-        if self.control:
-            from layoutlab.local.cloud import _http_json
+    PHASES = ("open", "select", "load")
 
-            self._http = _http_json
-            spec = {"name": "bench"}
-            for key in ("latency_ms", "bandwidth_mbps"):
-                if case.get(key) is not None:
-                    spec[key] = float(case[key])
-            self.client = self._http("POST", self.control + "/clients", spec)
+    def __init__(self, reader, proxy):
+        self.counter = reader.requests if reader.counts_requests else None
+        self.proxy = proxy
+        self.client_snaps: list = []
+        self.proxy_snaps: list = []
 
-    @property
-    def endpoint(self) -> str | None:
-        return f"http://127.0.0.1:{self.client['port']}" if self.client else None
+    def snapshot(self) -> None:
+        self.client_snaps.append(self.counter.snapshot() if self.counter is not None else None)
+        self.proxy_snaps.append(self.proxy.snapshot() if self.proxy is not None else None)
 
-    def snapshot(self) -> dict | None:
-        if not self.client:
-            return None
-        return self._http("GET", f"{self.control}/clients/{self.client['id']}")
+    @staticmethod
+    def _phases(snaps, seconds) -> dict:
+        if snaps[0] is None:
+            return {name: {"s": s, "requests": None, "bytes": None} for name, s in zip(_Counts.PHASES, seconds)}
+        return {name: {"s": s, "requests": after["requests"] - before["requests"],
+                       "bytes": after["bytes_transferred"] - before["bytes_transferred"]}
+                for name, s, before, after in zip(_Counts.PHASES, seconds, snaps, snaps[1:])}
 
-    def close(self) -> dict | None:
-        if not self.client:
-            return None
-        stats = self._http("DELETE", f"{self.control}/clients/{self.client['id']}")
-        self.client = None
-        return stats
+    def fields(self, seconds: tuple) -> dict:
+        """The record's request fields for phases lasting ``seconds`` (open, select, load)."""
+        from layoutlab.bench.accounting import difference
 
-
-def _phase(before, after, seconds):
-    if before is None or after is None:
-        return {"s": seconds, "requests": None, "bytes": None}
-    return {"s": seconds, "requests": after["requests"] - before["requests"],
-            "bytes": after["bytes_out"] - before["bytes_out"]}
+        client, proxy = self.client_snaps, self.proxy_snaps
+        out = {"client_counts": None, "proxy_counts": None, "counts_source": None, "list_requests": None}
+        if client[0] is not None:
+            total = difference(client[-1], client[0])
+            out["client_counts"] = {**total, "method": self.counter.method, "limits": list(self.counter.limits),
+                                    "phases": self._phases(client, seconds)}
+        if proxy[0] is not None:
+            total = difference(proxy[-1], proxy[0])
+            out["proxy_counts"] = {**total, "phases": self._phases(proxy, seconds)}
+            seen = {kind: total["faults"].get(kind, 0) for kind in ("slowdown", "reset", "slow")}
+            # every request answered 503 or reset was sent again by the reader
+            out.update(faults_seen=seen, retries=seen["slowdown"] + seen["reset"])
+        main = out["client_counts"] or out["proxy_counts"]
+        if main is None:
+            out.update(request_counting="none", phases=self._phases(client, seconds))
+            return out
+        out.update(counts_source="client" if out["client_counts"] else "proxy",
+                   request_counting={(True, True): "client+proxy", (True, False): "client",
+                                     (False, True): "proxy"}[(bool(out["client_counts"]), bool(out["proxy_counts"]))],
+                   requests=main["requests"], get_requests=main["get_requests"], head_requests=main["head_requests"],
+                   list_requests=main.get("list_requests"), bytes_transferred=main["bytes_transferred"],
+                   phases=main["phases"])
+        if out["proxy_counts"] is None:  # real S3: the attempts answered 5xx or not at all were sent again
+            out["retries"] = main["errors"]
+        return out
 
 
 def _peak_rss_mb() -> float:
@@ -111,7 +131,7 @@ def run_case(case: dict) -> dict:
     unknown = set(case) - CASE_KEYS
     if unknown:
         return error_record(f"case: unknown key(s) {sorted(unknown)}", **base)
-    counter = None
+    proxy = None
     previous_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
     try:
         from layoutlab.bench.patterns import check_values, get_pattern
@@ -127,30 +147,30 @@ def run_case(case: dict) -> dict:
         reader = make_reader(identity["reader"], case.get("reader_options"), identity["variant"])
         base.update(pattern_params=params, reader_settings=reader.settings)
 
-        counter = _Counter(case)
-        if counter.client:
-            os.environ["AWS_ENDPOINT_URL_S3"] = counter.endpoint
-            base.update(latency_ms=counter.client["latency_ms"], bandwidth_mbps=counter.client["bandwidth_mbps"],
-                        request_counting="proxy")
+        proxy = ProxyCounter(case.get("latency_ms"), case.get("bandwidth_mbps"))
+        if proxy.client:
+            os.environ["AWS_ENDPOINT_URL_S3"] = proxy.endpoint
+            base.update(latency_ms=proxy.client["latency_ms"], bandwidth_mbps=proxy.client["bandwidth_mbps"])
+        counts = _Counts(reader, proxy if proxy.client else None)
 
         reader.prepare()
         import numpy  # noqa: F401  (patterns need it; import cost is not the pattern's)
 
-        s0 = counter.snapshot()
+        counts.snapshot()
         cpu0, t0 = time.process_time(), time.perf_counter()
         handle = reader.open(target)
         t1 = time.perf_counter()
-        s1 = counter.snapshot()
+        counts.snapshot()
         try:
             t1b = time.perf_counter()
             selection = pattern.select(handle, params)
             t2 = time.perf_counter()
-            s2 = counter.snapshot()
+            counts.snapshot()
             t2b = time.perf_counter()
             loaded = pattern.load(handle, selection)
             t3 = time.perf_counter()
             cpu = time.process_time() - cpu0
-            s3 = counter.snapshot()
+            counts.snapshot()
             settings = {**reader.settings, **handle.settings}
             checksum = check_values(handle, selection, loaded, case.get("seed")) if case.get(
                 "check_values", True) else None
@@ -163,17 +183,8 @@ def run_case(case: dict) -> dict:
             wall_s=open_s + select_s + load_s, cpu_s=cpu, peak_rss_mb=_peak_rss_mb(),
             bytes_needed=loaded.bytes_needed, points=loaded.points, checksum_ok=checksum,
             selection=selection.info, result_summary=loaded.summary,
-            phases={"open": _phase(s0, s1, open_s), "select": _phase(s1, s2, select_s),
-                    "load": _phase(s2, s3, load_s)},
+            **counts.fields((open_s, select_s, load_s)),
         )
-        if s3 is not None:
-            record.update(requests=s3["requests"] - s0["requests"],
-                          get_requests=s3["get_requests"] - s0["get_requests"],
-                          head_requests=s3["head_requests"] - s0["head_requests"],
-                          bytes_transferred=s3["bytes_out"] - s0["bytes_out"])
-            if "faults" in s3:  # every request answered 503 or reset was sent again by the reader
-                seen = {kind: s3["faults"][kind] - s0["faults"][kind] for kind in ("slowdown", "reset", "slow")}
-                record.update(faults_seen=seen, retries=seen["slowdown"] + seen["reset"])
         return derive_rates(record)
     except UserError as error:
         message = str(error)
@@ -187,9 +198,9 @@ def run_case(case: dict) -> dict:
     except Exception as error:  # a bad target must give a record, not a traceback; keep the type for debugging
         return error_record(f"{identity['target']}: {type(error).__name__}: {error}", **base)
     finally:
-        if counter is not None:
+        if proxy is not None:
             try:
-                counter.close()
+                proxy.close()
             except OSError:
                 pass
         if previous_endpoint is None:

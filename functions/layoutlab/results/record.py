@@ -67,6 +67,10 @@ def new_record(**fields) -> dict:
         "reader_settings": {},
         "repetition": 0,
         "request_counting": "none",
+        "counts_source": None,
+        "list_requests": None,
+        "client_counts": None,
+        "proxy_counts": None,
         "versions": library_versions(),
         "host": host_info(),
     })
