@@ -28,7 +28,6 @@ from . import iam as policy
 from .nag import acknowledge
 from .config import (
     DOCKERFILE,
-    FUNCTIONS_DIR,
     INGEST_PREFIX,
     OUTPUT_PREFIXES,
     PLANS_PREFIX,
@@ -45,15 +44,15 @@ LAMBDA_RUNTIME: lambda_.Runtime = getattr(lambda_.Runtime, f"PYTHON_{PYTHON_RUNT
 CODE_EXCLUDES = ["**/__pycache__", "**/*.pyc", "*.egg-info", "**/tests", "**/.pytest_cache"]
 # The image's build context is the repository root; only what the Dockerfile copies
 # goes into the asset (and into cdk.out), never .venv, node_modules or cdk.out itself.
+# The image's build context is the repository root; only what the Dockerfile copies (the two
+# deployment artifacts) goes into the asset (and into cdk.out), never .venv, node_modules or cdk.out.
 IMAGE_CONTEXT_EXCLUDES = [
     "*",
-    "!pyproject.toml",
-    "!README.md",
-    "!functions",
+    "!layers/build/dependencies/python",
+    "!layers/build/function",
     "!cdk/container",
     "**/__pycache__",
     "**/*.pyc",
-    "**/*.egg-info",
 ]
 
 
@@ -114,12 +113,16 @@ class ComputeStack(Stack):
         }
 
         # ---- Lambda -------------------------------------------------------------------
-        code = lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=CODE_EXCLUDES)
-        if not (layer_dir / "python").is_dir():
-            raise FileNotFoundError(
-                f"{layer_dir}: the dependency layer is not built; run `make layer` "
-                "(python layers/build_layer.py) first"
-            )
+        # The function asset: the package installed from its own wheel, C module built for the
+        # runtime (layers/build_layer.py builds it beside the layer); the image copies the same two.
+        function_dir = layer_dir.with_name("function")
+        for built in (layer_dir / "python", function_dir / "layoutlab"):
+            if not built.is_dir():
+                raise FileNotFoundError(
+                    f"{built}: the deployment artifacts are not built; run `make artifacts` "
+                    "(python layers/build_layer.py) first"
+                )
+        code = lambda_.Code.from_asset(str(function_dir), exclude=CODE_EXCLUDES)
         self.layer = lambda_.LayerVersion(
             self,
             "Dependencies",

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from layoutlab.bench.isolation import run_isolated
+from layoutlab.bench.isolation import run_forked, run_isolated
 
 # targets the child imports: functions of this test module would need the tests on the path,
 # so the children call small library functions with known behaviour instead.
@@ -71,3 +71,21 @@ def test_child_imports_what_the_parent_put_on_sys_path(tmp_path, monkeypatch):
     result = run_isolated("only_in_the_layer:answer", None)
     assert result.ok, result.error
     assert result.result == 42
+
+
+def test_forked_child_has_limits_timeout_and_its_own_failures():
+    """A bench case's child forked from its parent: pinned, capped, killed at its timeout, failures reported."""
+    measured = max(os.sched_getaffinity(0))
+    result = run_forked("layoutlab.bench.isolation:describe_process", None, memory_mb=1769, cpu=measured,
+                        env={"LAYOUTLAB_SEEN_BY_CHILD": "1"})
+    assert result.ok, result.error
+    assert result.result["cpus"] == [measured] and result.result["rlimit_data"] == 1769 * 2**20
+    assert result.result["ppid"] == os.getpid() and result.result["pid"] != os.getpid()
+    assert os.sched_getaffinity(0) != {measured} or len(os.sched_getaffinity(0)) == 1  # the parent is not pinned
+    assert "LAYOUTLAB_SEEN_BY_CHILD" not in os.environ
+    limited = run_forked("numpy:ones", 2**28, memory_mb=1024)
+    assert not limited.ok and limited.error_type == "MemoryError"
+    slow = run_forked("time:sleep", 30, timeout=1.0)
+    assert not slow.ok and slow.timed_out and "timed out after 1 s" in slow.error and slow.process_wall_s < 10
+    broken = run_forked("json:loads", "{not json")
+    assert not broken.ok and broken.error_type == "JSONDecodeError"

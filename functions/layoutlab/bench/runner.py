@@ -10,7 +10,7 @@ A *case* is a plain dict::
   point calls it: there the invocation itself is the fresh process). It never
   raises for a bad target: it returns an error record.
 - ``run_case_isolated(case, cloud)`` runs ``run_case`` in a fresh process pinned to
-  one core with the platform's memory limit (``layoutlab.local.isolation``), as the
+  one core with the platform's memory limit (``layoutlab.bench.isolation``), as the
   local runner must, and adds what the parent saw (peak RSS, process time).
 - ``run_cases`` runs a list sequentially with a progress bar.
 
@@ -36,6 +36,10 @@ from layoutlab.bench.accounting import ProxyCounter
 from layoutlab.errors import UserError
 from layoutlab.results.record import derive_rates, error_record, new_record
 
+BENCH_CHILD_ENV = "LAYOUTLAB_BENCH_CHILD"
+# What a case's child needs, imported by its parent once (Lambda's init phase) so each forked child
+# starts with them: the readers' libraries. run_case imports them lazily; preload() makes it cheap.
+CHILD_PRELOAD = ("numpy", "h5py", "s3fs", "zarr", "obstore", "layoutlab.bench.patterns", "layoutlab.bench.readers")
 CASE_KEYS = {"target", "pattern", "reader", "params", "reader_options", "dataset", "variant", "platform",
              "repetition", "latency_ms", "bandwidth_mbps", "seed", "check_values"}
 
@@ -118,7 +122,7 @@ class _Counts:
 
 
 def _peak_rss_mb() -> float:
-    from layoutlab.local.isolation import peak_rss_mb
+    from layoutlab.bench.isolation import peak_rss_mb
 
     return peak_rss_mb()
 
@@ -211,7 +215,7 @@ def run_case(case: dict) -> dict:
 
 def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> dict:
     """``run_case`` in a fresh process pinned to one core with the platform's memory limit."""
-    from layoutlab.local.isolation import run_isolated
+    from layoutlab.bench.isolation import run_forked, run_isolated
     from layoutlab.platforms import platform_profile
 
     identity = _identity(case)
@@ -219,10 +223,17 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> di
         profile = platform_profile(identity["platform"])
     except UserError as error:
         return error_record(str(error), **identity)
+    # cloud: the local cloud handle of the CLI (its env() and the core its servers leave free);
+    # on Lambda and Fargate there is none and the child keeps the task's CPUs.
     env = cloud.env() if cloud is not None else {}
-    outcome = run_isolated("layoutlab.bench.runner:run_case", case, memory_mb=profile.memory_mb, env=env,
-                           timeout=timeout)
-    isolation = {"fresh_process": True, "cpu": outcome.cpu, "memory_limit_mb": profile.memory_mb,
+    cpu = getattr(cloud, "measured_cpu", None)
+    # A fork of this process (imports done, no data read) unless LAYOUTLAB_BENCH_CHILD=interpreter asks
+    # for a new interpreter per case.
+    fresh = os.environ.get(BENCH_CHILD_ENV) == "interpreter"
+    outcome = (run_isolated if fresh else run_forked)("layoutlab.bench.runner:run_case", case,
+                                                      memory_mb=profile.memory_mb, env=env, cpu=cpu, timeout=timeout)
+    isolation = {"fresh_process": True, "child": "interpreter" if fresh else "fork", "cpu": outcome.cpu,
+                 "memory_limit_mb": profile.memory_mb,
                  "memory_limit": outcome.memory_limit, "process_wall_s": outcome.process_wall_s,
                  "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s}
     if outcome.ok:
@@ -235,11 +246,21 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> di
     return derive_rates(record)
 
 
+def preload() -> None:
+    """Import what every case's child needs (``CHILD_PRELOAD``), so forked children do not each import it."""
+    import importlib
+
+    for name in CHILD_PRELOAD:
+        importlib.import_module(name)
+
+
 def run_cases(cases: list[dict], cloud=None, isolated: bool = True, progress: bool = True, on_record=None) -> list:
     """Run ``cases`` one after the other (never in parallel: they would share the core)."""
     from tqdm import tqdm
 
     records = []
+    if isolated:
+        preload()
     bar = tqdm(cases, desc="bench", unit="case", disable=not progress)
     for case in bar:
         bar.set_postfix_str(f"{case.get('pattern')} {case.get('reader')}")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from layoutlab.bench.runner import preload
 from layoutlab.handlers._runtime import emit, logger, metrics, results_store, tracer
 from layoutlab.pipeline.benchcase import run_bench_case
+
+# Init phase: each case runs in a fork of this process (bench.isolation.run_forked); importing the
+# readers' libraries here, once per container, keeps ~0.6 s of imports out of every case.
+preload()
 
 
 def run(event: dict) -> dict:

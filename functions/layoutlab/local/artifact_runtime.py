@@ -107,9 +107,25 @@ class Artifacts:
                                    "`make artifacts` (python layers/build_layer.py); the local run executes them "
                                    "as Lambda and Fargate do")
         running = f"{sys.version_info.major}.{sys.version_info.minor}"
+        builder = self._checkout_builder()
+        if builder is not None and not builder.is_current():
+            raise ArtifactsMissing(f"{self.root}: the deployment artifacts are older than the code or pyproject.toml; "
+                                   "rebuild them with `make artifacts` (python layers/build_layer.py)")
         if self.built_for() != running:
             raise ArtifactsMissing(f"{self.root}: the artifacts are built for Python {self.built_for()}, this is "
                                    f"Python {running}; rebuild them with `make artifacts`")
+
+    def _checkout_builder(self):
+        """layers/build_layer.py of the checkout these artifacts were built in (None for artifacts elsewhere)."""
+        script = self.root.parent / "build_layer.py"
+        if self.root != (_checkout_root() / "layers" / "build").resolve() or not script.exists():
+            return None
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("layoutlab_layer_builder", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
 
     def ensure_runtime(self) -> None:
         """The runtime's Python (a venv without pip of the interpreter behind this one) and the bootstrap."""

@@ -106,8 +106,8 @@ def call(request: dict):
         return None
     if kind == "probe":
         return probe(request["payload"] or {})
-    module = importlib.import_module(kind)
-    return getattr(module, name)(request["payload"])
+    function = getattr(importlib.import_module(kind), name)
+    return function() if request["payload"] is None else function(request["payload"])
 
 
 def probe(payload: dict) -> dict:

@@ -1,18 +1,15 @@
 """The bench step: run one case cold on one core, store its RESULT item, emit its metrics.
 
-A case must run in a fresh process. Locally the dispatcher already starts the
-handler as one (pinned, memory-capped) and says so with
-``LAYOUTLAB_FRESH_PROCESS=1``; on Lambda a warm container would carry imports
-and caches from the previous case, so there the case runs in a child process.
+A case must run in a fresh process: a warm Lambda container (or a Fargate task
+that ran something before) would carry imports and caches from the previous
+case, so the case runs in a child interpreter (``runner.run_case_isolated``),
+on Lambda, on Fargate and in the local run alike (which runs this handler from
+the deployment artifacts, as Lambda does).
 """
 
 from __future__ import annotations
 
-import os
-
 from layoutlab.errors import UserError
-
-FRESH_PROCESS_ENV = "LAYOUTLAB_FRESH_PROCESS"
 
 
 class BenchCaseFailed(UserError):
@@ -28,20 +25,7 @@ def case_for_runner(case: dict) -> dict:
 def measure(case: dict) -> dict:
     from layoutlab.bench import runner
 
-    runnable = case_for_runner(case)
-    if os.environ.get(FRESH_PROCESS_ENV) == "1":
-        import resource
-
-        record = runner.run_case(runnable)
-        limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
-        record["isolation"] = {
-            "fresh_process": True, "cpu": sorted(os.sched_getaffinity(0)),
-            "memory_limit_mb": None if limit == resource.RLIM_INFINITY else limit // 2**20,
-            "memory_limit": "RLIMIT_DATA", "runner": "local dispatcher",
-            "process": os.environ.get("LAYOUTLAB_TASK_PROCESS", "fresh interpreter"),
-        }
-        return record
-    return runner.run_case_isolated(runnable)
+    return runner.run_case_isolated(case_for_runner(case))
 
 
 def run_bench_case(case: dict, *, store, emit=None) -> dict:
