@@ -1,7 +1,7 @@
 """Each Lambda function's code + layers stay under Lambda's 250 MB unzipped limit, and the
-layer really holds what the code imports (Linux x86_64 / CPython 3.11 wheels, built by
-layers/build_layer.py with pip --platform; this machine is the same platform, so the
-layer can be imported here with the venv's site-packages switched off)."""
+layer really holds what the code imports (Linux x86_64 wheels for the runtime's CPython,
+config.PYTHON_RUNTIME, built by layers/build_layer.py with pip --platform; this machine is
+the same platform, so the layer can be imported here with the venv's site-packages off)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,14 @@ def test_each_function_code_plus_layers_is_under_the_unzipped_limit(dev):
     code, layers = next(iter(sizes.values()))
     print(f"\nunzipped: code {code / 1e6:.2f} MB + layer {layers / 1e6:.1f} MB = {(code + layers) / 1e6:.1f} MB "
           f"of {LAMBDA_UNZIPPED_LIMIT / 1e6:.0f} MB")
-    # The code asset is the package only: no tests, caches or build metadata.
+    # The code asset is the installed package only (layers/build_layer.py installs it from its
+    # wheel: the package and its dist-info): no tests, caches or sources of anything else.
     code_dir = assets[next(r["Properties"]["Code"]["S3Key"].split(".")[0] for r in template["Resources"].values()
                           if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler", "").startswith("layoutlab."))]
-    assert sorted(p.name for p in code_dir.iterdir()) == ["layoutlab"]
-    assert not list(code_dir.rglob("__pycache__"))
+    names = sorted(p.name for p in code_dir.iterdir())
+    assert names[0] == "layoutlab" and all(n.startswith("layoutlab-") and n.endswith(".dist-info") for n in names[1:])
+    assert len(names) <= 2
+    assert not list(code_dir.rglob("__pycache__")) and not list(code_dir.rglob("tests"))
 
 
 def run_isolated(script: str, paths: list[Path], environment: dict[str, str]) -> subprocess.CompletedProcess:

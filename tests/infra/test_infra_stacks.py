@@ -164,8 +164,7 @@ def test_fargate_task_definitions_run_the_same_entry_points(dev):
     (cluster,) = dev.resources("compute", "AWS::ECS::Cluster").values()
     assert {"Name": "containerInsights", "Value": "enhanced"} in cluster["Properties"]["ClusterSettings"] or {
         "Name": "containerInsights", "Value": "enabled"} in cluster["Properties"]["ClusterSettings"]
-    dockerfile = REPO_ROOT / "cdk" / "container" / "Dockerfile"
-    assert "pip install ." in dockerfile.read_text()
+    # what the image holds (the two deployment artifacts on Lambda's base image): tests/infra/test_artifacts.py
 
 
 def test_deployed_definition_is_the_asl_file_with_every_placeholder_substituted(dev):
@@ -291,10 +290,14 @@ def test_dev_and_prod_differ_in_sizes_retention_and_removal(dev, prod):
 
 
 def test_asset_staging_keeps_the_image_context_small(dev):
-    """The Fargate image's build context is the repo root: only what the Dockerfile copies goes in."""
+    """The Fargate image's build context is the repo root: only what the Dockerfile copies goes in
+    (the two built artifacts and the Dockerfile's directory), never .venv, sources or cdk.out."""
     manifest = json.loads(Path(dev.outdir, "layoutlab-dev-compute.assets.json").read_text())
     (image,) = manifest["dockerImages"].values()
     context = Path(dev.outdir, image["source"]["directory"])
-    top_level = sorted(p.name for p in context.iterdir())
-    assert top_level == ["README.md", "cdk", "functions", "pyproject.toml"]
+    assert sorted(p.name for p in context.iterdir()) == ["cdk", "layers"]
+    assert sorted(p.name for p in (context / "cdk").iterdir()) == ["container"]
+    assert sorted(p.name for p in (context / "layers").iterdir()) == ["build"]
+    assert sorted(p.name for p in (context / "layers" / "build").iterdir()) == ["dependencies", "function"]
+    assert sorted(p.name for p in (context / "layers" / "build" / "dependencies").iterdir()) == ["python"]
     assert not list(context.rglob("__pycache__"))
