@@ -15,7 +15,8 @@ sends requests:
   GetObject body (s3fs reads every body it asks for), the read body of every
   other answer (LIST XML, error XML), 0 for HEAD. An attempt answered 5xx or
   by no answer at all (reset, timeout) also counts in ``errors``, one answered
-  404 in ``not_found``.
+  404 in ``not_found``. Not seen: a GET/HEAD that aiohttp (under aiobotocore)
+  sends once more by itself when a connection breaks before any answer.
 - obstore (Rust; no per-request hook): ``counting_object_store`` wraps zarr's
   ``ObjectStore`` and counts the obstore calls zarr makes. Each call maps onto
   requests as object_store sends them: get/get_range = 1 GET with the bytes
@@ -126,13 +127,18 @@ def count_botocore(target, counter: RequestCounter) -> None:
     counter.method = counter.method or BOTOCORE_METHOD
 
 
+AIOHTTP_LIMITS = ("a GET/HEAD aiohttp resends by itself after its connection broke before an answer "
+                  "(once per request, RFC 9112) is counted once",)
+
+
 def aiobotocore_session(counter: RequestCounter):
     """An ``AioSession`` whose S3 clients count into ``counter`` (for ``s3fs.S3FileSystem(session=...)``)."""
     from aiobotocore.session import AioSession
 
     session = AioSession()
     count_botocore(session, counter)
-    counter.method = "s3fs: " + BOTOCORE_METHOD
+    counter.method = "aiobotocore (s3fs): " + BOTOCORE_METHOD
+    counter.limits = list(AIOHTTP_LIMITS)
     return session
 
 
