@@ -128,22 +128,10 @@ class ComputeStack(Stack):
             "Dependencies",
             # bytecode compiled by whoever imported from the build dir must not ship
             code=lambda_.Code.from_asset(str(layer_dir), exclude=["**/__pycache__", "**/*.pyc"]),
-            compatible_runtimes=[lambda_.Runtime.PYTHON_3_11],
-            compatible_architectures=[lambda_.Architecture.X86_64],
-            description="layoutlab runtime dependencies (layers/build_layer.py, pip --platform manylinux x86_64)",
-            removal_policy=removal,
-        )
-
-        # The layer is compatible with the functions' runtime. (Set on the L1, and the functions
-        # attach the layer through a reference saying so, because the LayerVersion above is
-        # built by the layer recipe's owner; once its compatible_runtimes is [LAMBDA_RUNTIME],
-        # these lines change nothing and can go.)
-        self.layer.node.default_child.compatible_runtimes = [LAMBDA_RUNTIME.name]  # type: ignore[union-attr]
-        self._function_layer = lambda_.LayerVersion.from_layer_version_attributes(
-            self,
-            "DependenciesForRuntime",
-            layer_version_arn=self.layer.layer_version_arn,
             compatible_runtimes=[LAMBDA_RUNTIME],
+            compatible_architectures=[lambda_.Architecture.X86_64],
+            description=f"layoutlab runtime dependencies for {LAMBDA_RUNTIME.name} (layers/build_layer.py, manylinux x86_64)",
+            removal_policy=removal,
         )
 
         self.names = {
@@ -355,7 +343,7 @@ class ComputeStack(Stack):
             architecture=lambda_.Architecture.X86_64,
             handler=f"layoutlab.handlers.{name}.handler",
             code=code,
-            layers=[self._function_layer],
+            layers=[self.layer],
             memory_size=size.memory_mb,
             timeout=Duration.seconds(size.timeout_seconds),
             ephemeral_storage_size=Size.mebibytes(size.ephemeral_storage_mb),

@@ -227,9 +227,12 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> di
     # on Lambda and Fargate there is none and the child keeps the task's CPUs.
     env = cloud.env() if cloud is not None else {}
     cpu = getattr(cloud, "measured_cpu", None)
-    # A fork of this process (imports done, no data read) unless LAYOUTLAB_BENCH_CHILD=interpreter asks
-    # for a new interpreter per case.
-    fresh = os.environ.get(BENCH_CHILD_ENV) == "interpreter"
+    # A fork of this process (imports done, no data read) when that is safe: only a process with no other
+    # thread may fork (a thread holding a lock, e.g. zarr's event-loop thread once zarr has run, leaves the
+    # child waiting forever). Otherwise, or when LAYOUTLAB_BENCH_CHILD=interpreter asks, a new interpreter.
+    import threading
+
+    fresh = os.environ.get(BENCH_CHILD_ENV) == "interpreter" or threading.active_count() > 1
     outcome = (run_isolated if fresh else run_forked)("layoutlab.bench.runner:run_case", case,
                                                       memory_mb=profile.memory_mb, env=env, cpu=cpu, timeout=timeout)
     isolation = {"fresh_process": True, "child": "interpreter" if fresh else "fork", "cpu": outcome.cpu,
