@@ -175,8 +175,10 @@ def _require(mapping: dict[str, Any], key: str, where: str) -> Any:
     return mapping[key]
 
 
-def load(context: dict[str, Any], env_name: str | None) -> EnvConfig:
-    """Build the EnvConfig of ``env_name`` from the app's context dictionary."""
+def load(context: dict[str, Any], env_name: str | None, *, check: bool = True) -> EnvConfig:
+    """Build the EnvConfig of ``env_name`` from the app's context dictionary.
+
+    ``check=False`` leaves out ``validate`` (``layoutlab doctor`` lists its problems one by one)."""
     environments = context.get(ENVIRONMENTS_KEY)
     if not isinstance(environments, dict) or not environments:
         raise ConfigError(f"cdk.json: context has no {ENVIRONMENTS_KEY!r}")
@@ -210,7 +212,7 @@ def load(context: dict[str, Any], env_name: str | None) -> EnvConfig:
         noncurrent_versions_expire_days=int(raw.get("noncurrent_versions_expire_days", 0)),
         table_deletion_protection=bool(raw.get("table_deletion_protection", False)),
     )
-    problems = validate(config)
+    problems = validate(config) if check else []
     if problems:
         raise ConfigError(f"cdk.json: {where}: " + "; ".join(problems))
     return config

@@ -115,8 +115,8 @@ def load_environment(env_name: str, cdk_json: Path | None = None):
     """The environment's EnvConfig and what ``config.validate`` finds wrong with it.
 
     ``config.load`` refuses an environment with problems; doctor still wants the sizes to
-    check the account, so it reads them once more with that last step left out and lists
-    the problems itself (the rules stay in config.py alone).
+    check the account, so it reads them with ``check=False`` and lists the problems itself
+    (the rules stay in config.py alone).
     """
     import json
 
@@ -131,19 +131,10 @@ def load_environment(env_name: str, cdk_json: Path | None = None):
         raise UserError(f"{cdk_json}: not JSON: {error}") from None
     module = _config_module(cdk_json.resolve().parent)
     try:
-        return module.load(context, env_name), [], context
-    except module.ConfigError as refused:
-        validate = getattr(module, "validate", None)
-        if validate is None:
-            raise UserError(str(refused)) from None
-        module.validate = lambda config: []
-        try:
-            config = module.load(context, env_name)
-        except module.ConfigError as error:  # not a size problem: a missing environment or setting
-            raise UserError(str(error)) from None
-        finally:
-            module.validate = validate
-        return config, validate(config), context
+        config = module.load(context, env_name, check=False)
+    except module.ConfigError as error:  # not a size problem: a missing environment or setting
+        raise UserError(str(error)) from None
+    return config, module.validate(config), context
 
 
 # ---- the account --------------------------------------------------------------------------
