@@ -196,7 +196,8 @@ def test_a_record_on_real_s3_has_requests_bytes_and_overread(uploaded, cloud_env
     assert record["proxy_counts"] is None and record["latency_ms"] is None and record.get("faults_seen") is None
     assert record["requests"] > 0 and record["get_requests"] > 0 and record["bytes_transferred"] > 0
     assert record["overread_ratio"] == pytest.approx(record["bytes_transferred"] / record["bytes_needed"])
-    assert record["retries"] == record["client_counts"]["errors"] == 0
+    assert record["client_counts"]["errors"] == 0
+    assert record["retries"] == (None if reader == "zarr-obstore" else 0)  # obstore retries out of sight
     assert record["requests"] == sum(p["requests"] for p in record["phases"].values())
     assert record["bytes_transferred"] == sum(p["bytes"] for p in record["phases"].values())
     assert record["client_counts"]["method"]

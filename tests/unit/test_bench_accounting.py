@@ -192,3 +192,10 @@ def test_record_fields_say_who_counted(client, proxy, counting, source):
         assert record["faults_seen"] == {"slowdown": 0, "reset": 0, "slow": 0}
     else:
         assert record["proxy_counts"] is None and record["retries"] == (0 if client else None)
+
+
+def test_on_real_s3_retries_are_unknown_when_the_client_cannot_see_them():
+    reader = _Reader(True)
+    reader.requests.sees_retries = False  # as for obstore, which retries inside Rust
+    fields = _run(_Counts(reader, None), reader, None)
+    assert fields["request_counting"] == "client" and fields["retries"] is None and fields["requests"] == 5

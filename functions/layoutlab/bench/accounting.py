@@ -56,9 +56,10 @@ OBJECT_STORE_COALESCE = 1024 * 1024  # object_store's OBJECT_STORE_COALESCE_DEFA
 class RequestCounter:
     """Counts of one reader's requests; ``add`` is called from whatever thread the library sends on."""
 
-    def __init__(self, method: str = "", limits: tuple[str, ...] = ()):
+    def __init__(self, method: str = "", limits: tuple[str, ...] = (), sees_retries: bool = True):
         self.method = method  # how the requests were counted, for the record
         self.limits = list(limits)  # what this method cannot see
+        self.sees_retries = sees_retries  # False: the library retries where we cannot count (obstore)
         self._lock = threading.Lock()
         self._by_operation: dict[str, int] = {}
         self._kinds = dict.fromkeys(KINDS, 0)
@@ -174,7 +175,7 @@ def _counting_class():
 
         def __init__(self, store, *, read_only: bool = False, counter: RequestCounter | None = None):
             super().__init__(store, read_only=read_only)
-            self.counter = counter if counter is not None else RequestCounter(OBSTORE_METHOD, OBSTORE_LIMITS)
+            self.counter = counter if counter is not None else RequestCounter(OBSTORE_METHOD, OBSTORE_LIMITS, False)
 
         def with_read_only(self, read_only: bool = False):
             return type(self)(self.store, read_only=read_only, counter=self.counter)
@@ -256,6 +257,7 @@ def counting_object_store(store, counter: RequestCounter, read_only: bool = True
     """A zarr ``ObjectStore`` over the obstore ``store`` that counts into ``counter``."""
     counter.method = counter.method or OBSTORE_METHOD
     counter.limits = counter.limits or list(OBSTORE_LIMITS)
+    counter.sees_retries = False
     return _counting_class()(store, read_only=read_only, counter=counter)
 
 

@@ -117,7 +117,7 @@ class _Counts:
                    list_requests=main.get("list_requests"), bytes_transferred=main["bytes_transferred"],
                    phases=main["phases"])
         if out["proxy_counts"] is None:  # real S3: the attempts answered 5xx or not at all were sent again
-            out["retries"] = main["errors"]
+            out["retries"] = main["errors"] if self.counter.sees_retries else None
         return out
 
 
