@@ -116,8 +116,13 @@ def test_every_planned_case_of_the_grid_is_measured_and_checked(run):
     assert all(r["checksum_ok"] is True and r["status"] == "ok" for r in results)
     assert {r["platform"] for r in results} == {"local-lambda", "local-fargate"}
     assert all(r["isolation"]["fresh_process"] for r in results)
+    # each case was measured in a child of the bench task, as on Lambda (forked after the init phase)
+    assert {r["isolation"]["child"] for r in results} == {"fork"}
     variants = {v["variant"]: v for v in items(pipeline, grid, "VARIANT")}
     assert set(variants) == {"original", "paged-1MiB", "zarr-24x10x10", "zarr-1x19x36"}
+    # the paged copy was written by the native engine the function asset carries, compiled for the runtime
+    assert variants["paged-1MiB"]["repack"]["engine"] == "native", variants["paged-1MiB"]["repack"]
+    assert variants["paged-1MiB"]["platform"] == "local-lambda"
     [summary] = items(pipeline, grid, "SUMMARY")
     assert set(summary["platforms"]["local-lambda"]["patterns"]) == {"timeseries-point", "map-timestep"}
     # the recommendation names one of the dataset's variants, and the Pareto front holds variants

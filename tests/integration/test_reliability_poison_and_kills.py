@@ -182,5 +182,5 @@ def test_killed_cases_are_retried_then_recorded_and_the_rest_completes(run):
     # Retry, then Catch: each killed case ran twice. moto's history leaves out the events of Map
     # iterations, so count the attempts where the local dispatcher logs every task it runs.
     log = pipeline.cloud_log.read_text()
-    assert log.count("call_handler bench on local-lambda: failed") == 4
+    assert log.count("handler:bench on local-lambda (lambda): failed") == 4
     assert log.count("memory limit of 1769 MB exceeded") == 2 and log.count(f"timed out after {BENCH_TIMEOUT_S} s") == 2

@@ -262,8 +262,10 @@ def _child(request_path: str) -> int:
         result = function(request["payload"])
         outcome = {"ok": True, "result": result}
     except MemoryError as error:
+        said = str(error)  # a child's own report, passed on by its parent, is not wrapped twice
         outcome = {"ok": False, "error_type": "MemoryError",
-                   "error": f"memory limit of {request.get('memory_mb')} MB exceeded ({error or 'MemoryError'})",
+                   "error": said if said.startswith("memory limit of") else
+                   f"memory limit of {request.get('memory_mb')} MB exceeded ({said or 'MemoryError'})",
                    "traceback": traceback.format_exc()}
     except BaseException as error:  # the parent decides what a failure means; report every kind
         outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",

@@ -213,8 +213,12 @@ def run_case(case: dict) -> dict:
             os.environ["AWS_ENDPOINT_URL_S3"] = previous_endpoint
 
 
-def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> dict:
-    """``run_case`` in a fresh process pinned to one core with the platform's memory limit."""
+def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900, memory_error_ends_task: bool = False) -> dict:
+    """``run_case`` in a fresh process pinned to one core with the platform's memory limit.
+
+    ``memory_error_ends_task``: a child over the memory limit raises ``MemoryError`` here instead
+    of giving an error record, so the task fails as Lambda's out-of-memory kill ends it (the state
+    machine retries, then records it); the bench handler asks for this, the CLI does not."""
     from layoutlab.bench.isolation import run_forked, run_isolated
     from layoutlab.platforms import platform_profile
 
@@ -239,6 +243,8 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900) -> di
                  "memory_limit_mb": profile.memory_mb,
                  "memory_limit": outcome.memory_limit, "process_wall_s": outcome.process_wall_s,
                  "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s}
+    if memory_error_ends_task and not outcome.ok and outcome.error_type == "MemoryError":
+        raise MemoryError(outcome.error)
     if outcome.ok:
         record = outcome.result
         record["peak_rss_mb"] = outcome.peak_rss_mb  # the child's peak up to its exit (after the checksum too)

@@ -128,20 +128,36 @@ class Artifacts:
         return module
 
     def ensure_runtime(self) -> None:
-        """The runtime's Python (a venv without pip of the interpreter behind this one) and the bootstrap."""
+        """The runtime's Python (a venv without pip of the interpreter behind this one) and the bootstrap.
+
+        Several dispatchers may start at once (the load test starts one per upload): one makes the
+        runtime under a file lock, into a temporary directory renamed into place, so none ever
+        starts from a half-made one."""
+        import fcntl
+
         base = Path(getattr(sys, "_base_executable", sys.executable))
-        marker = self.lang / "layoutlab-base.json"
         wanted = {"base": str(base), "version": sys.version}
-        try:
-            current = json.loads(marker.read_text()) == wanted and self.python.exists()
-        except (OSError, ValueError):
-            current = False
-        if not current:
-            shutil.rmtree(self.lang, ignore_errors=True)
-            subprocess.run([str(base), "-m", "venv", "--without-pip", str(self.lang)], check=True)
-            marker.write_text(json.dumps(wanted))
-        self.var_runtime.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(BOOTSTRAP, self.var_runtime / "bootstrap.py")
+        self.runtime.mkdir(parents=True, exist_ok=True)
+        with open(self.runtime / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            marker = self.lang / "layoutlab-base.json"
+            try:
+                current = json.loads(marker.read_text()) == wanted and self.python.exists()
+            except (OSError, ValueError):
+                current = False
+            if not current:
+                staging = Path(tempfile.mkdtemp(prefix="lang-", dir=self.runtime))
+                # --without-pip: the standard library and nothing else, as Lambda's /var/lang
+                subprocess.run([str(base), "-m", "venv", "--without-pip", str(staging)], check=True)
+                (staging / "layoutlab-base.json").write_text(json.dumps(wanted))
+                shutil.rmtree(self.lang, ignore_errors=True)
+                staging.rename(self.lang)
+            self.var_runtime.mkdir(exist_ok=True)
+            bootstrap = self.var_runtime / "bootstrap.py"
+            if not bootstrap.exists() or bootstrap.read_bytes() != BOOTSTRAP.read_bytes():
+                staged = bootstrap.with_name(".bootstrap.py.new")
+                shutil.copyfile(BOOTSTRAP, staged)
+                staged.replace(bootstrap)
 
     # -- the platforms' environments ---------------------------------------------------
     def base_environment(self, kind: str) -> dict[str, str]:

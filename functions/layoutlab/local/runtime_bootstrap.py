@@ -147,8 +147,10 @@ def run_request(request: dict) -> int:
     try:
         outcome = {"ok": True, "result": call(request)}
     except MemoryError as error:
+        said = str(error)  # a child's own report, passed on by its parent, is not wrapped twice
         outcome = {"ok": False, "error_type": "MemoryError",
-                   "error": f"memory limit of {request.get('memory_mb')} MB exceeded ({error or 'MemoryError'})",
+                   "error": said if said.startswith("memory limit of") else
+                   f"memory limit of {request.get('memory_mb')} MB exceeded ({said or 'MemoryError'})",
                    "traceback": traceback.format_exc()}
     except TaskExit as error:
         outcome = {"ok": False, "error_type": "States.TaskFailed", "error": str(error), "traceback": None}

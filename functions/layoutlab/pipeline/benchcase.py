@@ -25,7 +25,7 @@ def case_for_runner(case: dict) -> dict:
 def measure(case: dict) -> dict:
     from layoutlab.bench import runner
 
-    return runner.run_case_isolated(case_for_runner(case))
+    return runner.run_case_isolated(case_for_runner(case), memory_error_ends_task=True)
 
 
 def run_bench_case(case: dict, *, store, emit=None) -> dict:
