@@ -20,8 +20,9 @@ files::
     python layers/build_layer.py            # build what is missing or stale
     python layers/build_layer.py --check    # exit 1 if an artifact is missing or stale
 
-pip does the resolving and the platform selection; this script only pins what
-the runtime needs pinned, strips what never runs (tests, bytecode caches) and
+pip does the resolving and the platform selection, held to the versions the
+project's venv has (``venv_constraints``: local and cloud run the same libraries);
+this script only pins what the runtime needs pinned, strips what never runs (tests, bytecode caches) and
 measures the result. Stamp files record what each artifact was built from, so a
 rebuild happens only when that changes.
 """
@@ -91,8 +92,26 @@ def requirements() -> list[str]:
     return sorted(kept) + list(EXTRA_PINS)
 
 
+def venv_constraints() -> list[str]:
+    """``name==version`` of every distribution in the Python running this (the project's venv).
+
+    Given to pip as constraints, so the layer holds the very versions the local run and the
+    tests were checked with: one set of libraries for local and cloud, not two resolutions
+    made at different times (pip would otherwise take whatever is newest when the layer is
+    built). A version with no wheel for the runtime then fails the build, naming it."""
+    from importlib import metadata
+
+    pins = set()
+    for distribution in metadata.distributions():
+        name = distribution.metadata["Name"]
+        if name and canonicalize_name(name) != "layoutlab":
+            pins.add(f"{canonicalize_name(name)}=={distribution.version}")
+    return sorted(pins)
+
+
 def requirements_digest(reqs: list[str]) -> str:
-    text = json.dumps({"requirements": reqs, "python": PYTHON_VERSION, "platforms": PLATFORMS})
+    text = json.dumps({"requirements": reqs, "python": PYTHON_VERSION, "platforms": PLATFORMS,
+                       "constraints": venv_constraints()})
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -165,6 +184,9 @@ def build_layer(quiet: bool = False) -> dict:
     if LAYER_DIR.exists():
         shutil.rmtree(LAYER_DIR)
     SITE.mkdir(parents=True)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    constraints = BUILD / "constraints.txt"
+    constraints.write_text("\n".join(venv_constraints()) + "\n")
     cmd = [
         sys.executable, "-m", "pip", "install",
         "--target", str(SITE),
@@ -174,6 +196,7 @@ def build_layer(quiet: bool = False) -> dict:
         "--only-binary=:all:",
         "--no-compile",
         "--disable-pip-version-check",
+        "--constraint", str(constraints),
         *(["--quiet"] if quiet else []),
         *reqs,
     ]

@@ -110,3 +110,21 @@ def _load_config():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_layer_holds_the_library_versions_the_venv_runs(checker):
+    """One set of libraries for local and cloud: every distribution in the layer has the version this
+    venv (where the suite and the local run were checked) has."""
+    from importlib import metadata
+
+    differ, compared = [], 0
+    for info in checker.build_layer.SITE.glob("*.dist-info"):
+        name, version = info.name[: -len(".dist-info")].rsplit("-", 1)
+        try:
+            mine = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue  # only the layer has it (none today): nothing to compare
+        compared += 1
+        if mine != version:
+            differ.append(f"{name}: layer {version}, venv {mine}")
+    assert compared > 20 and differ == []
