@@ -32,6 +32,7 @@ help:
 	@echo "make test-unit | test-integration | test-infra - one level of the suite"
 	@echo "make artifacts - build the Lambda layer and function asset for Python $(RUNTIME_PYTHON) and check them against the runtime"
 	@echo "make synth ENV=dev   - build the artifacts, synthesize the CDK app into cdk.out/ (offline, no credentials)"
+	@echo "make preflight ENV=dev - with AWS credentials: what in cdk.json this account cannot run (quotas, bootstrap)"
 	@echo "make deploy ENV=dev  - cdk deploy --all -c env=ENV (needs AWS credentials and a bootstrapped account)"
 	@echo "make destroy ENV=dev - cdk destroy --all -c env=ENV"
 	@echo "make clean  - remove .venv and generated files"
