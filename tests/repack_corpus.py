@@ -1,0 +1,152 @@
+"""``layoutlab repack`` over the shared corpus of third-party files, judged from outside.
+
+For each file: ``h5repack -S PAGE -G 4194304`` (the reference: could it be repacked?), then
+``layoutlab repack`` as a user runs it (the CLI, verifying by default), then the output compared
+with the input by the tools a reader uses: ``ncdump`` (header and data) when the netCDF library
+reads the input, else ``h5dump`` (header and data, sorted by name). Only the changes repack
+documents are normalised away: paging (not visible to either dump), COMPACT -> CONTIGUOUS (not
+shown without ``-p``), unlimited -> fixed (``UNLIMITED ; // (N currently)`` vs ``N``, and
+``H5S_UNLIMITED`` maximum dimensions), and object addresses printed inside references.
+
+Used by tests/integration/test_repack_corpus.py (the table test) and
+benchmarks/corpus_repack.py (the outcome table in benchmarks/results/corpus_repack.json).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+CORPUS = Path(os.environ.get("LAYOUTLAB_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+PAGE = 4194304
+TOOLS = ("h5repack", "h5dump", "h5diff", "ncdump", "ncgen")
+REPACK_TIMEOUT = 120
+
+
+def corpus_files() -> list[str]:
+    """Corpus-relative names of every input (``.cdl`` sources included: built by ``build_input``)."""
+    names = []
+    for path in sorted(CORPUS.rglob("*")):
+        if path.is_file() and path.name != "README.md":
+            names.append(str(path.relative_to(CORPUS)))
+    return names
+
+
+def build_input(name: str, workdir: Path) -> Path | str:
+    """The file to repack: the corpus file itself, or a ``.cdl`` built with ncgen (its error text if it does not build)."""
+    source = CORPUS / name
+    if source.suffix != ".cdl":
+        return source
+    out = workdir / (source.stem + ".nc")
+    done = subprocess.run(["ncgen", "-k", "nc4", "-o", str(out), str(source)], capture_output=True, text=True,
+                          cwd=workdir)
+    if done.returncode != 0 or not out.exists():
+        return "ncgen: " + (done.stderr.strip().splitlines() or ["failed"])[-1]
+    return out
+
+
+def _run(command, timeout=REPACK_TIMEOUT, env=None):
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              errors="replace")
+        return done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired:
+        return -1, "", f"timed out after {timeout} s"
+
+
+def netcdf_reads(path: Path) -> bool:
+    return _run(["ncdump", "-h", str(path)], timeout=60)[0] == 0
+
+
+_UNLIMITED = re.compile(r"^(\s*\S+) = UNLIMITED ; // \((\d+) currently\)$", re.M)
+
+
+def ncdump_view(path: Path) -> tuple[int, str]:
+    status, out, err = _run(["ncdump", str(path)], timeout=120)
+    body = out.split("\n", 1)[-1]  # the first line names the file
+    return status, _UNLIMITED.sub(r"\1 = \2 ;", body) + ("\n" + err if status else "")
+
+
+_MAXDIMS = re.compile(r"(DATASPACE\s+SIMPLE \{ \( [^)]*\) )/ \( [^)]*\) \}")
+_ADDRESS = re.compile(r"\b(DATASET|GROUP|DATATYPE) \d+ (/)")
+_H5DUMP_FILE = re.compile(r'^HDF5 "[^"]*" \{$', re.M)
+
+
+def h5dump_view(path: Path) -> tuple[int, str]:
+    status, out, err = _run(["h5dump", str(path)], timeout=120)
+    out = _H5DUMP_FILE.sub("HDF5 {", out)
+    out = _MAXDIMS.sub(r"\1}", out)
+    out = _ADDRESS.sub(r"\1 \2", out)
+    return status, out + ("\n" + err if status else "")
+
+
+def first_difference(a: str, b: str) -> str:
+    la, lb = a.splitlines(), b.splitlines()
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return f"line {i + 1}: {x.strip()[:100]!r} -> {y.strip()[:100]!r}"
+    return f"{len(la)} lines -> {len(lb)} lines"
+
+
+def layoutlab_command() -> list[str]:
+    exe = Path(sys.executable).with_name("layoutlab")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "layoutlab.cli"]
+
+
+def judge(name: str, workdir: Path) -> dict:
+    """One corpus file's outcome: ``class`` is one of preserved, silent-change, traceback,
+    wrongly-refused (h5repack repacked it), refused (h5repack refused it too), better (only we
+    repacked it, preserved), not-built (the .cdl does not build), bloated (output far larger than input)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    row: dict = {"file": name}
+    src = build_input(name, workdir)
+    if isinstance(src, str):
+        row.update({"class": "not-built", "reason": src})
+        return row
+    stem = Path(name).name.replace("/", "_")
+    ref_out, our_out = workdir / f"{stem}.h5repack.h5", workdir / f"{stem}.layoutlab.h5"
+    status, _, err = _run(["h5repack", "-S", "PAGE", "-G", str(PAGE), str(src), str(ref_out)])
+    row["h5repack"] = "ok" if status == 0 else "refused"
+    if status:
+        row["h5repack_error"] = (err.strip().splitlines() or [""])[0][:200]
+    env = dict(os.environ, LAYOUTLAB_STALL_SECONDS="30")
+    status, out, err = _run([*layoutlab_command(), "repack", str(src), str(our_out), "--page-size", str(PAGE), "--verify"],
+                            env=env)
+    row["exit"] = status
+    row["message"] = err.strip()[-400:]
+    for path in (ref_out,):
+        path.unlink(missing_ok=True)
+    if "Traceback" in err or "Traceback" in out:
+        row["class"] = "traceback"
+        return row
+    if status != 0:
+        row["class"] = "wrongly-refused" if row["h5repack"] == "ok" else "refused"
+        row["reason"] = (err.strip().splitlines() or [""])[-1][:300]
+        return row
+    stat = our_out.stat()
+    row["bytes_in"], row["bytes_out"], row["allocated_out"] = src.stat().st_size, stat.st_size, stat.st_blocks * 512
+    if stat.st_size > 64 * src.stat().st_size + 64 * PAGE:
+        row["class"] = "bloated"
+        our_out.unlink()
+        return row
+    if netcdf_reads(src):
+        row["judge"] = "ncdump"
+        (sa, a), (sb, b) = ncdump_view(src), ncdump_view(our_out)
+    else:
+        row["judge"] = "h5dump"
+        (sa, a), (sb, b) = h5dump_view(src), h5dump_view(our_out)
+    our_out.unlink()
+    if a != b:
+        row["class"] = "silent-change"
+        row["difference"] = first_difference(a, b)
+        return row
+    row["class"] = "preserved" if row["h5repack"] == "ok" else "better"
+    return row
+
+
+def tools_missing() -> list[str]:
+    return [tool for tool in TOOLS if not shutil.which(tool)]
