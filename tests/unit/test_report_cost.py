@@ -59,6 +59,17 @@ def test_heads_are_priced_like_gets_and_uncounted_requests_stay_unknown():
     assert rows["zarr-b"]["s3_get_usd"] is None
 
 
+def test_lists_are_priced_at_the_list_tier():
+    """S3 bills LIST with PUT/COPY/POST ($0.005 per 1,000), not with GET; client counts say list_requests."""
+    profile = {"kind": "lambda", "memory_mb": 1024, "vcpu": 0.58}
+    listing = dict(record("lambda-1024", profile, 0.1, 3), list_requests=2, request_counting="client")
+    (row,) = cost_table([listing])
+    assert row["list_requests"] == 2
+    assert row["s3_get_usd"] == pytest.approx(3 * 0.0004)
+    assert row["s3_list_usd"] == pytest.approx(2 * 0.005)
+    assert row["usd_per_1000"] == pytest.approx(row["compute_usd"] + row["invoke_usd"] + 3 * 0.0004 + 2 * 0.005)
+
+
 def test_a_broken_price_file_names_the_file_and_the_missing_price(tmp_path):
     prices = json.loads(DEFAULT_PRICES.read_text())
     del prices["s3"]["usd_per_1000_get"]

@@ -16,7 +16,9 @@ Per access (one benchmark case = one access of its pattern):
            max(60 s, ceil(1000 x wall_s)) — a task per access would pay the
            minute 1,000 times, which nobody would do on purpose.
   S3       measured GET requests x $/GET (HEADs are priced as GETs: S3 bills
-           HEAD in the same "GET, SELECT and all other requests" tier).
+           HEAD in the same "GET, SELECT and all other requests" tier), and
+           measured LIST requests x $/PUT (S3 bills LIST in the "PUT, COPY,
+           POST, LIST" tier; records counted at the client say list_requests).
 Storage: the variant's size_bytes x $/GB-month (GB = 2**30 bytes).
 """
 
@@ -104,6 +106,7 @@ def cost_table(records: list[dict], variants: dict[str, dict] | None = None, pri
     variants = variants or {}
     best = best_readers(median_times(records))
     requests: dict[tuple, list[float]] = defaultdict(list)
+    lists: dict[tuple, list[float]] = defaultdict(list)
     profiles: dict[str, dict] = {}
     for r in good_results(records):
         profiles.setdefault(r["platform"], _profile(r))
@@ -112,14 +115,17 @@ def cost_table(records: list[dict], variants: dict[str, dict] | None = None, pri
             gets = r["requests"]
         if r.get("request_counting", "proxy") != "none":
             requests[(r["platform"], r["pattern"], r["variant"], r["reader"])].append(gets)
+            lists[(r["platform"], r["pattern"], r["variant"], r["reader"])].append(r.get("list_requests") or 0)
     rows = []
     for (platform, pattern, variant), (wall, reader) in sorted(best.items()):
         profile = profiles[platform]
         counted = requests.get((platform, pattern, variant, reader))
         gets = statistics.median(counted) if counted else None
+        listed = lists.get((platform, pattern, variant, reader))
+        list_requests = statistics.median(listed) if listed else None
         row = {"variant": variant, "pattern": pattern, "platform": platform, "reader": reader,
                "kind": profile["kind"], "memory_mb": profile["memory_mb"], "vcpu": profile.get("vcpu"),
-               "wall_s": wall, "get_requests": gets, "accesses": ACCESSES}
+               "wall_s": wall, "get_requests": gets, "list_requests": list_requests, "accesses": ACCESSES}
         if profile["kind"] == "lambda":
             one = lambda_access_usd(wall, profile["memory_mb"], prices)
             row.update(billed="per access: %d ms" % one["billed_ms"],
@@ -128,7 +134,10 @@ def cost_table(records: list[dict], variants: dict[str, dict] | None = None, pri
             batch = fargate_batch_usd(wall, float(profile.get("vcpu") or 1), profile["memory_mb"], prices)
             row.update(billed=f"one task: {batch['billed_s']:.0f} s", compute_usd=batch["compute_usd"], invoke_usd=0.0)
         row["s3_get_usd"] = gets * ACCESSES / 1000 * prices["s3"]["usd_per_1000_get"] if gets is not None else None
-        row["usd_per_1000"] = row["compute_usd"] + row["invoke_usd"] + (row["s3_get_usd"] or 0.0)
+        row["s3_list_usd"] = (list_requests * ACCESSES / 1000 * prices["s3"]["usd_per_1000_put"]
+                              if list_requests is not None else None)
+        row["usd_per_1000"] = (row["compute_usd"] + row["invoke_usd"] + (row["s3_get_usd"] or 0.0)
+                               + (row["s3_list_usd"] or 0.0))
         size = (variants.get(variant) or {}).get("size_bytes")
         row["size_bytes"] = size
         row["storage_usd_per_month"] = storage_usd_per_month(size, prices) if size is not None else None
