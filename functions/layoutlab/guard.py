@@ -8,10 +8,12 @@ in a forked child (imports are already done: a fork costs milliseconds) and
 watches it from the parent:
 
 - the child dies by a signal → ``BadInputFile`` naming the file and the signal;
-- the child spins: busy on the CPU for ``stall_seconds`` with not one byte read
-  or written (``/proc/<pid>/io``) → stopped, ``BadInputFile``. Real work on a
-  file reads or writes; a wait on the network sleeps (no CPU), so neither looks
-  like a spin.
+- the child spins: runnable (on a CPU, or waiting in the run queue for one) for
+  ``stall_seconds`` with not one byte read or written (``/proc/<pid>/io``) →
+  stopped, ``BadInputFile``. Real work on a file reads or writes; a wait on the
+  network sleeps (neither on a CPU nor queued for one), so neither looks like a
+  spin. Time queued counts as busy: on a loaded machine a spinning child may get
+  half a core, and must still be stopped (``/proc/<pid>/schedstat``).
 
 Written by hand because no library watches a child for this signature; the
 standard pieces used are ``os.fork``, ``select`` and ``pickle``.
@@ -30,7 +32,8 @@ import traceback
 from layoutlab.errors import BadInputFile, UserError
 
 DEFAULT_STALL_SECONDS = float(os.environ.get("LAYOUTLAB_STALL_SECONDS", "60"))
-# A spinning child uses (nearly) all of a core; a child waiting on I/O or a lock does not.
+# A spinning child is runnable (on a CPU or queued for one) nearly all the time; a child waiting
+# on I/O or a lock is not.
 BUSY_SHARE = 0.8
 POLL_SECONDS = 0.5
 
@@ -44,17 +47,24 @@ def _can_guard() -> bool:
 
 
 def _io_and_cpu(pid: int) -> tuple[int, float] | None:
-    """(bytes read + written through syscalls, CPU seconds) of ``pid``; None once it is gone."""
+    """(bytes read + written through syscalls, seconds runnable) of ``pid``; None once it is gone.
+
+    Runnable = on a CPU + waiting in the run queue (``/proc/<pid>/schedstat``); where the kernel
+    does not keep it, CPU seconds (``/proc/<pid>/stat``)."""
     try:
         with open(f"/proc/{pid}/io") as f:
             fields = dict(line.split(":") for line in f.read().splitlines())
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read().rsplit(")", 1)[1].split()
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                on_cpu_ns, queued_ns = f.read().split()[:2]
+            busy = (int(on_cpu_ns) + int(queued_ns)) / 1e9
+        except (FileNotFoundError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            busy = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (FileNotFoundError, ProcessLookupError, ValueError):
         return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime (fields 14 and 15 of stat)
-    return int(fields["rchar"]) + int(fields["wchar"]), cpu
+    return int(fields["rchar"]) + int(fields["wchar"]), busy
 
 
 def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None, **kwargs):

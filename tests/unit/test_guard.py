@@ -51,6 +51,27 @@ def test_a_spinning_call_is_stopped_and_named(tmp_path):
     assert raised.value.path == "f.h5" and len(removed) == 1
 
 
+@pytest.mark.timeout(60)
+def test_a_spin_is_stopped_on_a_core_shared_with_another_busy_process():
+    """On a loaded machine a spinning child gets a fraction of a core; it must be stopped all the same
+    (it once got half a core here and the call ran forever)."""
+    import subprocess
+    import sys
+
+    core = max(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {core})
+        os.sched_setaffinity(0, {core})  # the guarded child inherits it: two busy processes on one core
+        with pytest.raises(BadInputFile, match="spun for"):
+            run_guarded(spin, path="f.h5", stall_seconds=1)
+    finally:
+        os.sched_setaffinity(0, before)
+        hog.kill()
+        hog.wait()
+
+
 def test_a_crash_by_signal_is_a_clean_error():
     with pytest.raises(BadInputFile, match="crashed reading it .SIGSEGV."):
         run_guarded(crash, path="f.h5")
