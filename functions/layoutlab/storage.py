@@ -62,6 +62,28 @@ def aws_region() -> str:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
+def require_aws(what: str) -> None:
+    """A ``UserError`` of one line naming what is missing when ``what`` needs an AWS account: credentials
+    or a region. (Local commands never call this: the local cloud needs neither.)"""
+    import boto3
+
+    from layoutlab.errors import UserError
+
+    session = boto3.Session()
+    missing = []
+    try:
+        if session.get_credentials() is None:
+            missing.append("credentials")
+    except Exception as error:  # botocore's profile/config errors: say which, in one line
+        raise UserError(f"{what} needs AWS credentials, and reading them failed: {error}") from None
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or session.region_name):
+        missing.append("a region")
+    if missing:
+        raise UserError(f"{what} needs an AWS account, and this environment has no {' and no '.join(missing)}: "
+                        "configure them (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                        "and AWS_REGION); local results need none of this")
+
+
 def boto3_s3_client(**config):
     import boto3
 

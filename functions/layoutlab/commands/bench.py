@@ -117,7 +117,7 @@ def _resolve_targets(cases: list[dict], cloud) -> None:
 
 def run(args) -> int:
     from layoutlab.bench.runner import run_cases
-    from layoutlab.local.cloud import LocalCloud, start_local_cloud
+    from layoutlab.local.cloud import LocalCloud, start_local_cloud, use_local_credentials
 
     if args.matrix:
         if args.target:
@@ -137,6 +137,7 @@ def run(args) -> int:
                 base[key] = getattr(args, key)
         cases = [{**base, "repetition": rep} for rep in range(args.repeat)]
 
+    use_local_credentials()
     cloud = LocalCloud.from_state()
     started = None
     if cloud is None:

@@ -92,6 +92,10 @@ def _scan_table(table: str | None, endpoint: str | None, dataset: str | None) ->
 
     from layoutlab.results.store import ResultsStore
 
+    if not endpoint:
+        from layoutlab.storage import require_aws
+
+        require_aws("reading a deployed results table (--table / --env)")
     store = ResultsStore(table_name=table, endpoint_url=endpoint)
     try:
         return store.items(dataset=dataset)

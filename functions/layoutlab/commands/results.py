@@ -55,7 +55,12 @@ def _local_endpoint() -> str | None:
     from layoutlab.local.cloud import LocalCloud
 
     cloud = LocalCloud.from_state()
-    return cloud.moto_endpoint if cloud else None
+    if cloud is None:
+        return None
+    from layoutlab.local.cloud import use_local_credentials
+
+    use_local_credentials()
+    return cloud.moto_endpoint
 
 
 def _query(store, args, kind):
@@ -139,6 +144,10 @@ def run(args) -> int:
             items = _query_snapshot(snapshot_path(), args, kind)
             sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
             return 0
+    if not endpoint:
+        from layoutlab.storage import require_aws
+
+        require_aws("reading a deployed results table (--aws / --env)")
     store = ResultsStore(table_name=table, endpoint_url=endpoint)
     try:
         items = _query(store, args, kind)

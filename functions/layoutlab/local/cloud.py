@@ -33,6 +33,19 @@ from layoutlab.local.proxy import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS
 
 HOST = "127.0.0.1"
 STATE_FILE = "local-cloud.json"
+LOCAL_REGION = "us-east-1"
+# moto accepts any credentials: the local cloud needs none of the user's, and must never be sent real ones.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "layoutlab-local", "AWS_SECRET_ACCESS_KEY": "layoutlab-local"}
+
+
+def use_local_credentials() -> None:
+    """This process talks to the local cloud only: give its AWS clients the local stand-in credentials and
+    a region, whatever the user has (or has not) configured — no credentials, no region, no ~/.aws is fine."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(name, None)
+    os.environ.update(LOCAL_CREDENTIALS)
+    if not (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")):
+        os.environ["AWS_DEFAULT_REGION"] = LOCAL_REGION
 
 
 def state_dir() -> Path:
@@ -111,6 +124,8 @@ class LocalCloud:
 
     def env(self) -> dict[str, str]:
         return {
+            **LOCAL_CREDENTIALS,
+            "AWS_DEFAULT_REGION": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or LOCAL_REGION,
             "AWS_ENDPOINT_URL": self.moto_endpoint,
             "AWS_ENDPOINT_URL_S3": self.s3_endpoint,
             "LAYOUTLAB_PROXY_CONTROL": self.control_url,

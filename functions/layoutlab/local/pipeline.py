@@ -60,8 +60,9 @@ class LocalPipeline:
 
         self.cloud = cloud
         # moto accepts any credentials; real ones are never needed (nor sent anywhere but 127.0.0.1).
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-            os.environ.setdefault(name, "testing")
+        from layoutlab.local.cloud import use_local_credentials
+
+        use_local_credentials()
         kwargs = {"endpoint_url": cloud.moto_endpoint, "region_name": dispatch.REGION}
         self.s3 = boto3.client("s3", **kwargs)
         self.sfn = boto3.client("stepfunctions", **kwargs)
