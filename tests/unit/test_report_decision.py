@@ -125,3 +125,51 @@ def test_results_with_nothing_to_check_count_and_wrong_values_do_not():
     maps = result["platforms"]["lambda-1769"]["patterns"]["map-timestep"]
     assert maps["best_variant"] != "zarr-map"
     assert result["results_excluded"] == sum(1 for r in wrong if r["checksum_ok"] is False)
+
+
+def test_every_comparison_with_the_original_carries_an_interval_and_a_verdict():
+    plat = decide(records())["platforms"]["lambda-1769"]
+    comparison = plat["choice"]["comparison"]
+    assert set(comparison) == {"timeseries-point", "map-timestep"}
+    ts, maps = comparison["timeseries-point"], comparison["map-timestep"]
+    assert ts["verdict"] == "faster" and ts["interval"][0] <= ts["ratio"] <= ts["interval"][1] < 1
+    assert maps["verdict"] == "slower" and maps["interval"][0] > 1
+    assert "95% interval" in plat["sentence"]
+    assert decide(records())["sentence"] == decide(records())["sentence"]  # seeded: the same answer every run
+
+
+def test_no_measurable_difference_keeps_the_original():
+    # every variant within the repetitions' spread of the original: nothing is measurably faster
+    noisy = []
+    for variant in ("original", "zarr-a", "zarr-b"):
+        for pattern in ("timeseries-point", "map-timestep"):
+            for rep, wall in enumerate((1.0, 1.3, 0.8) if variant == "original" else (0.95, 1.25, 0.85)):
+                noisy.append({"kind": "RESULT", "dataset": "d", "variant": variant, "pattern": pattern,
+                              "reader": "r", "platform": "lambda-1769", "repetition": rep, "wall_s": wall,
+                              "checksum_ok": True, "peak_rss_mb": 100.0})
+    plat = decide(noisy)["platforms"]["lambda-1769"]
+    assert plat["choice"]["variant"] == "original" and plat["choice"]["no_measurable_difference"]
+    assert {c["verdict"] for c in plat["choice"]["comparison"].values()} == {"no measurable difference"}
+    assert plat["sentence"].startswith("On lambda-1769, keep the original: no variant reads measurably faster")
+
+
+def test_one_repetition_cannot_decide_and_keeps_the_original():
+    plat = decide(records(reps=1))["platforms"]["lambda-1769"]
+    assert plat["choice"]["variant"] == "original"
+    assert all(c["interval"] is None and c["verdict"] == "too few repetitions to tell"
+               for c in plat["choice"]["comparison"].values())
+    assert "3 needed" in plat["sentence"]
+
+
+def test_a_dominated_variant_is_never_recommended():
+    # zarr-bal is the balanced choice, but zarr-twin reads as fast, is smaller and as cheap to make
+    times = {**TIMES, "zarr-twin": (0.5, 0.6)}
+    variants = {name: {"size_bytes": 10, "convert_s": 1.0} for name in times}
+    variants["zarr-twin"]["size_bytes"] = 5
+    variants["original"] = {"size_bytes": 10, "variant_kind": "original"}
+    plat = decide(records(times=times), variants=variants)["platforms"]["lambda-1769"]
+    points = {p["variant"]: p for p in plat["pareto"]["points"]}
+    assert points["zarr-bal"]["dominated_by"] == ["zarr-twin"]
+    assert plat["choice"]["variant"] == "zarr-twin" and plat["choice"]["replaced_dominated"] == "zarr-bal"
+    assert plat["sentence"].startswith("On lambda-1769, keep zarr-twin: zarr-bal was chosen first")
+    assert not points[plat["choice"]["variant"]]["dominated_by"]

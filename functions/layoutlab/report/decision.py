@@ -19,7 +19,13 @@ Beyond the paper:
     gives each variant the weighted mean of its pattern times; the mix choice
     minimises it;
   * the *Pareto front* over (read time, storage size, conversion time, peak
-    memory): the variants no other variant beats on every axis at once.
+    memory): the variants no other variant beats on every axis at once; the
+    recommendation is never a variant another one dominates;
+  * *uncertainty*: every comparison of the chosen variant with the original
+    carries a 95 % bootstrap interval of the ratio of their median times over
+    the repetitions. Where no pattern is measurably faster than the original
+    ("no measurable difference", or too few repetitions to tell), the original
+    is kept: it needs no conversion and no extra storage.
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ SCALING_PATTERN = "slab-read"  # reported by summary.scaling(), per worker count
 # (rounding in hand-written mixes); within it they are normalised exactly.
 MIX_SUM_TOLERANCE = 0.01
 PARETO_AXES = ("read_s", "size_bytes", "convert_s", "peak_rss_mb")
+# Bootstrap of the ratio of two medians: resamples, confidence, and the fewest repetitions of each
+# side for an interval to mean anything (with fewer, the answer is "cannot tell").
+BOOTSTRAP_SAMPLES = 2000
+CONFIDENCE = 0.95
+MIN_REPETITIONS = 3
+ORIGINAL = "original"
 
 
 class MixError(UserError):
@@ -98,6 +110,48 @@ def times_by_pattern(best: dict[tuple, tuple[float, str]], platform: str) -> dic
         if plat == platform:
             by_pattern[pattern][variant] = wall
     return dict(by_pattern)
+
+
+def walls_by_key(records: list[dict]) -> dict[tuple, list[float]]:
+    """(platform, pattern, variant, reader) -> every good repetition's wall_s."""
+    values: dict[tuple, list[float]] = defaultdict(list)
+    for record in good_results(records):
+        values[(record["platform"], record["pattern"], record["variant"], record["reader"])].append(
+            float(record["wall_s"]))
+    return dict(values)
+
+
+def ratio_interval(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float] | None:
+    """The ``CONFIDENCE`` bootstrap interval of median(a) / median(b); None with fewer than
+    ``MIN_REPETITIONS`` on either side (an interval from one or two runs would claim too much).
+    Seeded: the same records always give the same interval."""
+    if min(len(a), len(b)) < MIN_REPETITIONS:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ma = np.median(xa[rng.integers(0, len(xa), (BOOTSTRAP_SAMPLES, len(xa)))], axis=1)
+    mb = np.median(xb[rng.integers(0, len(xb), (BOOTSTRAP_SAMPLES, len(xb)))], axis=1)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ma / mb, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def compare(a: list[float], b: list[float]) -> dict:
+    """A against B: ratio of medians, its interval, and the verdict it supports."""
+    ratio = statistics.median(a) / statistics.median(b)
+    interval = ratio_interval(a, b)
+    if interval is None:
+        verdict = "too few repetitions to tell"
+    elif interval[1] < 1:
+        verdict = "faster"
+    elif interval[0] > 1:
+        verdict = "slower"
+    else:
+        verdict = "no measurable difference"
+    return {"ratio": ratio, "interval": list(interval) if interval else None, "verdict": verdict,
+            "repetitions": [len(a), len(b)]}
 
 
 # -- Nguyen et al.'s measures ----------------------------------------------------------
@@ -240,6 +294,7 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
         mix = normalise_mix(dict(mix))
     variants = variants or {}
     medians = median_times(records)
+    repetitions = walls_by_key(records)
     rss = median_field(records, "peak_rss_mb")
     best = best_readers(medians)
     platforms: dict[str, dict] = {}
@@ -279,6 +334,7 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
         result["pareto"] = {"read_time": read_time_kind, "points": front,
                             "front": [p["variant"] for p in front if p["on_front"]],
                             "axes": front[0]["axes"] if front else []}
+        result["choice"] = choose(platform, result, mix, best, repetitions)
         result["sentence"] = recommendation_sentence(platform, result, mix)
         platforms[platform] = result
     primary = _primary_platform(platforms)
@@ -302,30 +358,85 @@ def _primary_platform(platforms: dict) -> str | None:
     return (lambdas or sorted(platforms))[0]
 
 
-def recommendation_sentence(platform: str, result: dict, mix: dict | None) -> str:
-    """The recommendation in one plain sentence."""
+def _candidate(result: dict, mix: dict | None) -> tuple[str, str, list[str]] | None:
+    """(variant, why, patterns it was chosen on) by the rule that applies: mix, balanced, worst slowdown."""
     patterns = result["patterns"]
     if mix and result.get("mix_choice"):
         choice = result["mix_choice"]
         shares = ", ".join(f"{p} {share:.0%}" for p, share in mix.items())
-        why = f"it is fastest for the workload ({shares}) at {choice['mix_wall_s']:.3f} s per access on average"
-        variant = choice["variant"]
-    elif result.get("balanced_product"):
+        return (choice["variant"], f"it is fastest for the workload ({shares}) at {choice['mix_wall_s']:.3f} s "
+                                   "per access on average", list(mix))
+    if result.get("balanced_product"):
         b = result["balanced_product"]
-        variant = b["variant"]
-        why = (f"it balances time series ({b['timeseries_wall_s']:.3f} s) and maps ({b['map_wall_s']:.3f} s) "
-               f"best (smallest product, as Nguyen et al. choose)")
-    elif result.get("min_worst_slowdown"):
+        return (b["variant"], f"it balances time series ({b['timeseries_wall_s']:.3f} s) and maps "
+                              f"({b['map_wall_s']:.3f} s) best (smallest product, as Nguyen et al. choose)",
+                list(b["patterns"]))
+    if result.get("min_worst_slowdown"):
         w = result["min_worst_slowdown"]
-        variant = w["variant"]
-        why = f"it is never more than {w['worst_slowdown']:.1f}x slower than the best variant of any pattern"
-    else:
+        return (w["variant"], f"it is never more than {w['worst_slowdown']:.1f}x slower than the best variant of "
+                              "any pattern", sorted(patterns))
+    return None
+
+
+def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dict) -> dict | None:
+    """The variant to keep on ``platform``, never a dominated one, and the original when no pattern it was
+    chosen on is measurably faster than the original's."""
+    candidate = _candidate(result, mix)
+    if candidate is None:
+        return None
+    variant, why, on = candidate
+    points = {p["variant"]: p for p in result.get("pareto", {}).get("points", [])}
+    replaced = None
+    while variant in points and points[variant]["dominated_by"]:
+        # a variant at least as good on every axis exists: take the fastest of those that are on the front
+        better = [points[v] for v in points[variant]["dominated_by"]]
+        on_front = [p for p in better if p["on_front"]] or better
+        replaced = replaced or variant
+        variant = min(on_front, key=lambda p: (p["read_s"], p["variant"]))["variant"]
+        why = (f"{replaced} was chosen first ({why}), but {variant} is at least as good on every axis of "
+               f"{', '.join(points[replaced]['axes'])}")
+    comparison = {}
+    if variant != ORIGINAL:
+        for pattern in on:
+            mine, theirs = best.get((platform, pattern, variant)), best.get((platform, pattern, ORIGINAL))
+            if mine and theirs:
+                comparison[pattern] = compare(walls[(platform, pattern, variant, mine[1])],
+                                              walls[(platform, pattern, ORIGINAL, theirs[1])])
+    verdicts = {c["verdict"] for c in comparison.values()}
+    kept_original = bool(comparison) and "faster" not in verdicts
+    if kept_original:
+        return {"variant": ORIGINAL, "why": "no variant reads measurably faster than the original on the patterns "
+                "it was chosen for, and the original needs no conversion and no extra storage",
+                "candidate": variant, "comparison": comparison, "no_measurable_difference": True}
+    return {"variant": variant, "why": why, "candidate": variant, "comparison": comparison,
+            "no_measurable_difference": False, "replaced_dominated": replaced}
+
+
+def _comparison_text(comparison: dict) -> str:
+    parts = []
+    for pattern, c in comparison.items():
+        if c["interval"] is None:
+            parts.append(f"{pattern} {c['ratio']:.2f}x the original's time ({c['verdict']}: "
+                         f"{min(c['repetitions'])} repetition(s), {MIN_REPETITIONS} needed)")
+        else:
+            low, high = c["interval"]
+            parts.append(f"{pattern} {c['ratio']:.2f}x the original's time (95% interval {low:.2f}-{high:.2f}: "
+                         f"{c['verdict']})")
+    return "; ".join(parts)
+
+
+def recommendation_sentence(platform: str, result: dict, mix: dict | None) -> str:
+    """The recommendation in one plain sentence."""
+    choice = result.get("choice")
+    if choice is None:
         return f"On {platform} no variant was measured on every pattern: nothing to recommend."
+    measured_against = _comparison_text(choice["comparison"])
+    if choice["no_measurable_difference"]:
+        return (f"On {platform}, keep the original: {choice['why']} ({choice['candidate']}: "
+                f"{measured_against}).")
+    patterns = result["patterns"]
+    variant = choice["variant"]
     wins = [p for p, e in patterns.items() if e["best_variant"] == variant]
     tail = f"; it is the fastest for {', '.join(wins)}" if wins else ""
-    point = next((p for p in result.get("pareto", {}).get("points", []) if p["variant"] == variant), None)
-    front = ""
-    if point and point["dominated_by"]:
-        front = (f" (but {', '.join(point['dominated_by'])} is at least as good on every axis of "
-                 f"{', '.join(point['axes'])})")
-    return f"On {platform}, keep {variant}: {why}{tail}{front}."
+    against = f" Against the original: {measured_against}." if measured_against else ""
+    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}"
