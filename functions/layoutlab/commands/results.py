@@ -143,6 +143,7 @@ def run(args) -> int:
         elif snapshot_path().exists() and not table:
             items = _query_snapshot(snapshot_path(), args, kind)
             sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
+            _print_recipes(items, args.format)
             return 0
     if not endpoint:
         from layoutlab.storage import require_aws
@@ -159,4 +160,16 @@ def run(args) -> int:
     except BotoCoreError as error:
         raise UserError(f"cannot reach the results table at {endpoint or 'AWS'}: {error}") from None
     sys.stdout.write(format_items(items, args.format).rstrip("\n") + "\n")
+    _print_recipes(items, args.format)
     return 0
+
+
+def _print_recipes(items: list[dict], fmt: str) -> None:
+    """Under the table of SUMMARY items: each dataset's recommendation and the recipe to paste."""
+    if fmt != "table":
+        return
+    for item in items:
+        if item.get("kind") == "SUMMARY" and (item.get("recommendation") or item.get("recipe_text")):
+            sys.stdout.write(f"\n{item.get('dataset')}: {item.get('recommendation') or ''}\n")
+            if item.get("recipe_text"):
+                sys.stdout.write(item["recipe_text"].rstrip("\n") + "\n")

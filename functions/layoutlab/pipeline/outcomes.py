@@ -25,8 +25,14 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
     # by `layoutlab report`, outside the Lambda layer's size limit.
     decided = decide(results, variants=variants)
     summary = summarize(dataset_id, results, decided)
+    from layoutlab.report.recipe import recipe
+
+    recipes = {platform: recipe(d, platform, variants, results) for platform, d in decided["platforms"].items()}
+    primary = decided.get("primary_platform")
     summary.update(
         recommendation=decided["sentence"],
+        recipe={platform: r for platform, r in recipes.items() if r},
+        recipe_text=(recipes.get(primary) or {}).get("text") if primary else None,
         pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},
         cases_planned=planned,
         cases_failed=len(bench_failures),
