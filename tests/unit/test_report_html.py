@@ -132,6 +132,9 @@ def test_report_is_one_self_contained_page_with_a_section_per_dataset(written):
         assert f'id="{rr.GRID}-{key}"' in grid, key
     assert "heatmap" not in dict(sections)[rr.GRANULE]  # no chunk grid for a granule
     assert "Predicted best chunk shape" in grid and "Read-time model" in grid and "Cost in AWS" in grid
+    # the recipe to reproduce the kept layout sits under the recommendation
+    recipe = re.search(r'<pre class="recipe">(.*?)</pre>', grid, re.S)
+    assert recipe and ": keep " in recipe.group(1) and "read as measured" in recipe.group(1)
     # item strings are escaped
     assert "a &lt;reason&gt; with markup" in page and "<reason>" not in page
 

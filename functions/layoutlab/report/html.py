@@ -45,6 +45,7 @@ class DatasetSection:
     status: str
     sentence: str
     notes: list[str] = field(default_factory=list)  # further sentences under the recommendation
+    recipe: str | None = None  # the commands and reader settings that reproduce the kept layout (report.recipe)
     figures: list[Figure] = field(default_factory=list)
     tables: list[tuple[str, list[str], list[list[str]], str]] = field(default_factory=list)  # title, header, rows, note
 
@@ -87,6 +88,11 @@ def build_section(dataset: str, kinds: dict[str, list[dict]], *, mix: dict[str, 
         decided = decision.decide(results, variants=variants)
     section = DatasetSection(dataset, source, status, decided["sentence"], notes)
     primary = decided["primary_platform"]
+    if primary is not None:
+        from layoutlab.report.recipe import recipe
+
+        made = recipe(decided["platforms"][primary], primary, variants, results)
+        section.recipe = made["text"] if made else None
     if primary is None:  # results, but none whose values checked out: nothing to draw or rank
         section.notes.append(f"{decided['results_excluded']} results excluded (values that did not check out).")
         _failure_table(section, failures)
@@ -364,6 +370,8 @@ def render_html(sections: list[DatasetSection], *, title: str, meta: str, figure
         parts.append(f"<h2>{e(s.source)}</h2>")
         parts.append(f'<p class="recommendation">{e(s.sentence)}</p>')
         parts.append(f'<p class="meta">dataset <code>{e(s.dataset)}</code>, pipeline status {e(s.status)}</p>')
+        if s.recipe:
+            parts.append(f'<h3>Recipe</h3><pre class="recipe">{e(s.recipe)}</pre>')
         if s.notes:
             parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in s.notes) + "</ul>")
         if s.figures:
