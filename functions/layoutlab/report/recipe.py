@@ -33,6 +33,12 @@ def make_steps(variant: str, item: dict | None) -> dict:
         return {"kind": "original", "commands": [], "note": "keep the file as it is: no conversion, no extra storage"}
     if kind == "repack-paged":
         page = spec.get("page_size") or (item.get("repack") or {}).get("page_size")
+        if page is None and variant.startswith("paged-"):  # an item without its spec: the name says the page
+            from layoutlab.pipeline.plan import parse_size
+
+            page = parse_size(variant.rsplit("-", 1)[-1])
+        if page is None:
+            return {"kind": kind, "commands": [], "note": "the page size was not recorded with this variant"}
         layoutlab = f"layoutlab repack INPUT.h5 OUTPUT.h5 --page-size {_size_text(page)}"
         h5repack = f"h5repack -S PAGE -G {int(page)}"
         if spec.get("target_chunk_bytes"):
