@@ -128,7 +128,8 @@ def test_report_is_one_self_contained_page_with_a_section_per_dataset(written):
         assert first.group(1) == std_html.escape(sentence)
         assert body.index('class="recommendation"') < body.index("<figure")
     grid = dict(sections)[rr.GRID]
-    for key in ("heatmap-wall-time", "heatmap-peak-memory", "throughput", "requests-bytes", "size-overhead", "pareto"):
+    for key in ("heatmap-wall-time", "heatmap-peak-memory", "throughput", "requests-bytes", "size-overhead", "pareto",
+                "comparison"):
         assert f'id="{rr.GRID}-{key}"' in grid, key
     assert "heatmap" not in dict(sections)[rr.GRANULE]  # no chunk grid for a granule
     assert "Predicted best chunk shape" in grid and "Read-time model" in grid and "Cost in AWS" in grid
@@ -143,7 +144,7 @@ def test_every_figure_is_an_embedded_png_with_alt_text_caption_and_a_file_beside
     page = written.html.read_text()
     figures = re.findall(r'<figure id="([^"]+)"><img src="data:image/png;base64,([^"]+)" alt="([^"]+)">'
                          r"<figcaption>(.*?)</figcaption>", page, re.S)
-    assert len(figures) == len(written.pngs) == 9
+    assert len(figures) == len(written.pngs) == 11
     for (figure_id, data, alt, caption), path in zip(figures, written.pngs):
         png = base64.b64decode(data)
         assert png == path.read_bytes() and path.parent == written.html.parent / "run_files"

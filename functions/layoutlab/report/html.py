@@ -215,6 +215,17 @@ def _figures(section: DatasetSection, results, variants, decided, model) -> None
             f"{obs.CONVERT_OUTPUT_BYTES.name}: stored size of each variant; in brackets its overhead over the "
             f"original (Lopez et al. cap paging's at 5%).",
             lambda: plots.size_figure(plots.size_rows(variants), title=f"{section.source}: stored size per variant"))
+    choice = decided["platforms"][primary].get("choice") or {}
+    if choice.get("comparison"):
+        candidate = choice["candidate"]
+        _figure(section, "comparison", "Against the original, with intervals",
+                f"Dot plot of {candidate}'s median time over the original's per pattern on {primary}, with 95% "
+                f"bootstrap intervals and a dashed line at 1",
+                f"{candidate} (the variant the decision rule chose) against the original on {primary}: ratio of "
+                f"median wall times, bars the 95% bootstrap interval over repetitions. Where no pattern is "
+                f"measurably faster the original is kept (it needs no conversion and no storage).",
+                lambda: plots.comparison_figure(choice["comparison"], variant=candidate,
+                                                title=f"{section.source}: {candidate} vs original, {primary}"))
     pareto = decided["platforms"][primary].get("pareto") or {}
     _figure(section, "pareto", "Read time against size: the Pareto front",
             f"Scatter plot of read time against stored size per variant on {primary}, Pareto-front variants circled",

@@ -363,6 +363,37 @@ def pareto_figure(points: list[dict], *, title: str, read_time: str) -> Figure:
     return fig
 
 
+def comparison_figure(comparison: dict, *, variant: str, title: str) -> Figure:
+    """The kept (or first-chosen) variant's time over the original's per pattern, with the 95% bootstrap
+    interval of that ratio (decision.compare); 1 = no difference, left of it = faster than the original."""
+    rows = [(pattern, c) for pattern, c in sorted(comparison.items())]
+    if not rows:
+        raise ValueError("no comparison with the original")
+    fig, ax = plt.subplots(figsize=(6.5, max(2.4, 0.8 + 0.45 * len(rows))), dpi=DPI, layout="constrained")
+    for y, (pattern, c) in enumerate(rows):
+        if c.get("interval"):
+            low, high = c["interval"]
+            ax.errorbar(c["ratio"], y, xerr=[[c["ratio"] - low], [high - c["ratio"]]], fmt="o", color="#1f4e79",
+                        capsize=4)
+        else:  # too few repetitions for an interval: the point alone, hollow
+            ax.plot(c["ratio"], y, "o", mfc="none", color="#666666")
+        ax.annotate(c["verdict"], (c["ratio"], y), xytext=(0, 7), textcoords="offset points", fontsize=7,
+                    ha="center")
+    ax.axvline(1.0, color="#c0504d", linestyle="--", linewidth=1)
+    values = [v for _, c in rows for v in [c["ratio"], *(c.get("interval") or [])]] + [1.0]
+    if max(values) / min(values) > 5:  # ratios an order of magnitude apart: a log axis, ticks still as "0.1x"
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
+    ax.set_yticks(range(len(rows)), [pattern for pattern, _ in rows], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel(f"{variant} time / original time (median over repetitions; bar: 95% bootstrap interval)",
+                  fontsize=8)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
 def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed (pyplot keeps figures alive otherwise)."""
     buffer = io.BytesIO()
