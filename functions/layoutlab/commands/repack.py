@@ -26,10 +26,10 @@ def register(subparsers) -> None:
             "  layoutlab repack atl03.h5 out.h5 --target-chunk-bytes 400KB   # 10,000 -> 100,000 photons (f4)\n"
             "  layoutlab repack atl03.h5 out.h5 --chunks gt1l/heights/h_ph=100000 --chunks gt1r/heights/h_ph=100000\n"
             "\n"
-            "engines: a native engine in C writes the copy when it can; files with soft/external links,\n"
-            "committed datatypes, variable-length or reference data, a user block, or a rechunking option\n"
-            "are written by the Python engine (same file). The summary names the engine, and a note says\n"
-            "why the native one did not. LAYOUTLAB_NATIVE_REPACK=0 turns the native engine off.\n"
+            "how: HDF5 copies the whole tree (H5Ocopy: stored chunks undecoded, attributes, committed types,\n"
+            "links); datasets that must change (COMPACT, unlimited, rechunked, variable-length fill value)\n"
+            "are then made anew, and every reference is pointed at its target's copy. OUT is compared\n"
+            "with IN before it is renamed into place unless --no-verify.\n"
         ),
     )
     parser.add_argument("input", metavar="IN", help="HDF5 or NetCDF-4 file to read (never modified)")
@@ -49,7 +49,9 @@ def register(subparsers) -> None:
         metavar="VAR=N[,N...]",
         help="explicit chunk shape for one dataset (path inside the file); repeat for several",
     )
-    parser.add_argument("--verify", action="store_true", help="compare decoded data and attributes of IN and OUT")
+    parser.add_argument("--verify", dest="verify", action="store_true", default=True,
+                        help="compare OUT with IN: stored chunks as bytes, every value exactly (the default)")
+    parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the comparison")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     # Nothing is left open or unwritten once run() returns: the program may end without
     # the interpreter's teardown (layoutlab.cli.main).

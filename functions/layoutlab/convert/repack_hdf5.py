@@ -118,21 +118,22 @@ def repack(
 
 
 @contextlib.contextmanager
-def _damage_names_the_input(in_path):
-    """What HDF5 (through h5py) raises for unreadable bytes becomes ``BadInputFile`` naming the input;
-    the same exception types raised by our own code (or a full disk) propagate."""
+def _damage_names_the_input(in_path, doing="copy it"):
+    """What HDF5 (through h5py) raises while copying or verifying becomes a ``UserError`` naming the input
+    and what failed, without guessing at the cause (the input opened: ``check_input``); the same
+    exception types raised by our own code (or a full disk) propagate."""
     try:
         yield
     except DAMAGED_HDF5_ERRORS as error:
         if not (isinstance(error, OSError) or raised_by_h5py(error)):
             raise
-        raise BadInputFile(in_path, f"cannot be read completely (truncated or damaged?): {damaged_reason(error)}") from None
+        raise UserError(f"{in_path}: HDF5 failed to {doing}: {damaged_reason(error)}") from None
 
 
 def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
     """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
     started = time.perf_counter()
-    with _damage_names_the_input(in_path):  # (stored chunks are copied undecoded: a damaged one shows here)
+    with _damage_names_the_input(in_path, "verify the copy against it"):
         problems = compare_files(in_path, copy_path)
     summary.verify_seconds = time.perf_counter() - started
     if problems:
@@ -157,6 +158,8 @@ class _Repacker:
         self.deferred_attrs = []
         self.deferred_datasets = []  # source dataset paths whose values hold references
         self.userblock = b""
+        self.reordered_groups: set[str] = set()
+        self.remade: set[str] = set()  # paths of datasets made anew (the others are H5Ocopy's copies)
         self.scale_objects = {}  # address -> source dimension scale
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
         self.dst_addresses = {}  # source object address -> address of its copy
@@ -222,17 +225,53 @@ class _Repacker:
         fid = h5py.h5f.create(str(self.dst_path).encode(), h5py.h5f.ACC_TRUNC, fapl=fapl, fcpl=fcpl)
         return h5py.File(fid)
 
-    # --- walk -----------------------------------------------------------------
+    # --- the whole tree by H5Ocopy, then what must change ---------------------
 
     def run(self):
         self._copy_userblock()
         root = self.src["/"]
         self.src_fileno = h5py.h5o.get_info(root.id).fileno
         self.netcdf4 = is_netcdf4(self.src)
-        self.copied[_address(root)] = "/"
-        self._copy_attributes(root.id, self.dst["/"].id)
-        self._copy_members(root, self.dst["/"], "/")
+        # 1. HDF5 copies every object, attribute, committed type, fill value, filter and stored
+        # chunk (undecoded) in one call, under a temporary group (H5Ocopy cannot copy onto "/").
+        copy_plist = h5py.h5p.create(h5py.h5p.OBJECT_COPY)
+        copy_plist.set_copy_object(0)  # soft and external links stay links; references are fixed below
+        h5py.h5o.copy(self.src.id, b"/", self.dst.id, TMP_ROOT, copypl=copy_plist)
+        tmp = h5py.h5g.open(self.dst.id, TMP_ROOT)
+        # 2. The root's members moved under "/" in the source's order, its attributes copied onto "/".
+        for name, _, _ in _members(root):
+            tmp.links.move(name.encode("utf-8", "surrogateescape"), self.dst.id,
+                           name.encode("utf-8", "surrogateescape"))
+        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist())
+        # 3. Source object address -> path (the destination has the same paths).
+        self.copied[(self.src_fileno, h5py.h5o.get_info(root.id).addr)] = "/"
+        objects: list[tuple[str, int]] = []
+
+        def seen(name, info):
+            self.copied.setdefault((self.src_fileno, info.addr), "/" + name.decode("utf-8", "surrogateescape"))
+            objects.append(("/" + name.decode("utf-8", "surrogateescape"), info.addr))
+
+        h5py.h5o.visit(self.src.id, seen, info=True)
+        # 4. Datasets whose layout or dataspace must change are made anew, data copied from the source.
+        for path, address in objects:
+            if self.copied[(self.src_fileno, address)] != path:
+                continue  # a second hard link to an object already seen
+            kind = h5py.h5i.get_type(h5py.h5o.open(self.src.id, path.encode("utf-8", "surrogateescape")))
+            if kind == h5py.h5i.GROUP:
+                self.summary.groups += 1
+            elif kind == h5py.h5i.DATASET:
+                self.summary.datasets += 1
+                dataset = self.src[path]
+                self._remake_if_needed(dataset, path)
+                if path not in self.remade and dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
+                    self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
+                if path not in self.remade and self.progress:
+                    self.progress(dataset.id.get_storage_size())  # progress counts stored (source) bytes
+        self._restore_link_order()
+        # 5. References (object and region), wherever they are, point at the copies of their targets.
+        self._collect_references(objects)
         self._rewrite_references()
+        self.dst.id.unlink(TMP_ROOT)
         self.dst.flush()
 
     def _copy_userblock(self):
@@ -240,176 +279,175 @@ class _Repacker:
         if size:
             self.userblock = os.pread(self.src_fd, size, 0)
 
-    def _copy_members(self, src_group: h5py.Group, dst_group: h5py.Group, dst_name: str):
-        for name, link_type, address in _members(src_group):
-            bname = name.encode("utf-8", "surrogateescape")
-            if link_type == h5py.h5l.TYPE_SOFT:
-                dst_group[name] = h5py.SoftLink(src_group.id.links.get_val(bname).decode("utf-8", "surrogateescape"))
-                continue
-            if link_type == h5py.h5l.TYPE_EXTERNAL:
-                link = src_group.get(name, getlink=True)
-                dst_group[name] = h5py.ExternalLink(link.filename, link.path)
-                continue
-            key = (self.src_fileno, address)
-            if key in self.copied:  # a second hard link to an object already copied
-                dst_group[name] = self.dst[self.copied[key]]
-                continue
-            dst_path = _join(dst_name, name)
-            self.copied[key] = dst_path
-            oid = h5py.h5o.open(src_group.id, bname)
-            kind = h5py.h5i.get_type(oid)
-            if kind == h5py.h5i.GROUP:
-                src = h5py.Group(oid)
-                gcpl = oid.get_create_plist()
-                new = h5py.Group(h5py.h5g.create(dst_group.id, bname, gcpl=gcpl))
-                self.summary.groups += 1
-                self._copy_attributes(oid, new.id, gcpl)
-                self._copy_members(src, new, dst_path)
-            elif kind == h5py.h5i.DATATYPE:
-                self._copy_named_type(_join(src_group.name, name), dst_group, name, dst_path)
-            else:
-                self.summary.datasets += 1
-                self._copy_dataset(h5py.Dataset(oid), dst_group, name, _join(src_group.name, name))
-
-    def _copy_named_type(self, src_path, dst_group, name, dst_path):
-        if src_path in self.committed_types:  # already copied on first use
-            dst_group[name] = self.dst[self.committed_types[src_path]]
-            return
-        h5py.h5o.copy(self.src.id, src_path.encode(), dst_group.id, name.encode())
-        self.committed_types[src_path] = dst_path
+    def _copy_attributes(self, src_id, dst_id, create_plist):
+        """Every attribute of the source object ``src_id`` created on ``dst_id``: same type (a
+        committed type is the destination's copy of it), same stored values (variable-length ones through
+        HDF5's own memory form, so NULL stays NULL), in creation order when tracked, else in the
+        order HDF5 stores them."""
+        count = _attribute_count(src_id)
+        tracked = _tracks_creation_order(create_plist, "get_attr_creation_order")
+        index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
+        order = h5py.h5.ITER_INC if tracked else h5py.h5.ITER_NATIVE
+        for position in range(count):
+            attr = h5py.h5a.open(src_id, index=position, index_type=index, order=order)
+            tid, space = attr.get_type(), attr.get_space()
+            new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
+            self.summary.attributes += 1
+            if space.get_simple_extent_type() != h5py.h5s.NULL:
+                data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
+                attr.read(data, mtype=tid)
+                new.write(data, mtype=tid)
 
     def _file_type(self, tid: h5py.h5t.TypeID) -> h5py.h5t.TypeID:
-        """The destination's copy of a committed (named) datatype, or the type itself."""
+        """The destination's copy of a committed (named) datatype (same path: H5Ocopy made it), or the type itself."""
         if not tid.committed():
             return tid
-        src_name = h5py.h5i.get_name(tid).decode()
-        if src_name not in self.committed_types:
-            # Used before its definition in creation order: copy it now, at its own path.
-            parent = src_name.rsplit("/", 1)[0] or "/"
-            self.dst.require_group(parent)
-            h5py.h5o.copy(self.src.id, src_name.encode(), self.dst.id, src_name.encode())
-            self.committed_types[src_name] = src_name
-            self.copied[_address(self.src[src_name])] = src_name
-        return h5py.h5t.open(self.dst.id, self.committed_types[src_name].encode())
+        name = h5py.h5i.get_name(tid)
+        if name and self.dst.id.links.exists(name):
+            return h5py.h5t.open(self.dst.id, name)
+        self.summary.notes.append("an anonymous committed datatype was copied as a plain type")
+        return tid.copy()
 
-    # --- attributes -------------------------------------------------------------
-
-    def _copy_attributes(self, oid, dst_id, create_plist=None):
-        """Every attribute of the object ``oid`` onto ``dst_id`` (HDF5 identifiers, not h5py objects)."""
-        # Low-level calls only: this runs for every attribute (~6,000 in an
-        # ATL03 granule) and h5py's high-level dtype translation dominates otherwise.
-        # Attributes are opened by position (no name listing, no name lookup).
-        count = _attribute_count(oid)
-        if not count:
-            return
-        plist = create_plist if create_plist is not None else oid.get_create_plist()
-        index = (h5py.h5.INDEX_CRT_ORDER if _tracks_creation_order(plist, "get_attr_creation_order")
-                 else h5py.h5.INDEX_NAME)
-        position = 0
-        while position < count:
-            if self.fast:
-                # Plain attributes (most of them) in C, in order, up to the first that is
-                # not plain: that one is copied here, then C goes on after it.
-                position, copied = fastcopy.copy_plain_attributes(oid, dst_id, index, position)
-                self.summary.attributes += copied
-                if position >= count:
-                    break
-            self._copy_attribute(oid, dst_id, position, index)
-            position += 1
-
-    def _copy_attribute(self, oid, dst_id, position, index):
-        src_attr = h5py.h5a.open(oid, index=position, index_type=index)
-        bname = src_attr.get_name()
-        src_type = src_attr.get_type()
-        tid = self._file_type(src_type)
-        space = src_attr.get_space()
-        dst_attr = h5py.h5a.create(dst_id, bname, tid, space)
-        self.summary.attributes += 1
-        if space.get_simple_extent_type() == h5py.h5s.NULL:
-            return
-        if _type_kind(src_type) == "fixed":
-            # Bytes as stored, with the file type as memory type: no conversion
-            # (h5py's numpy view of a NULLTERM string would lose its last byte).
-            data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(src_type.get_size()))
-            src_attr.read(data, mtype=src_type)
-            dst_attr.write(data, mtype=tid)
-            return
-        dtype = src_attr.dtype
-        if _holds_references(dtype):
-            # written once every target exists
-            self.deferred_attrs.append((oid, h5py.h5i.get_name(dst_id), bname))
-            return
-        data = np.empty(space.get_simple_extent_dims(), dtype=dtype)
-        src_attr.read(data)
-        dst_attr.write(data)
-
-    # --- datasets ---------------------------------------------------------------
-
-    def _copy_dataset(self, src: h5py.Dataset, dst_group: h5py.Group, name: str, path: str):
+    def _remake_if_needed(self, src: h5py.Dataset, path: str):
         dcpl = src.id.get_create_plist()
         layout = dcpl.get_layout()
         space = src.id.get_space()
-        is_simple = space.get_simple_extent_type() == h5py.h5s.SIMPLE
-        # Shapes from the dataspace and creation plist, not h5py's properties: each
-        # of those opens fresh identifiers, and a granule has ~1,000 datasets.
-        src_shape = space.get_simple_extent_dims() if is_simple else ()
-        shape = src_shape
-        maxshape = (tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
-                    if is_simple else ())
+        if layout == h5py.h5d.VIRTUAL or space.get_simple_extent_type() == h5py.h5s.NULL:
+            return
+        if space.get_simple_extent_type() == h5py.h5s.SCALAR:
+            self._remake_scalar(src, path, dcpl, layout)
+            return
+        if dcpl.get_external_count():
+            self.summary.notes.append(f"{path}: raw data in external file(s) "
+                                      f"{', '.join(dcpl.get_external(i)[0].decode() for i in range(dcpl.get_external_count()))}"
+                                      " left there (as h5repack does)")
+            return
+        shape = space.get_simple_extent_dims()
+        maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
-        new_chunks = src_chunks
-        ftype = src.id.get_type()
-        if layout == h5py.h5d.VIRTUAL:
-            raise UserError(f"{self.src_path}: {path} is a virtual dataset; repack does not support VDS")
+        new_shape, new_maxshape, new_chunks = shape, maxshape, src_chunks
+        changed = False
         if layout == h5py.h5d.COMPACT:
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             self.summary.compact_to_contiguous.append(path)
-        new_maxshape = maxshape
-        if is_simple and any(m is None for m in maxshape):
+            changed = True
+        fill_type = src.id.get_type()
+        if (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
+                and (fill_type.detect_class(h5py.h5t.VLEN) or _has_vlen_string(fill_type))):
+            # H5Ocopy copies a variable-length fill value's global-heap address unchanged: the
+            # copy's creation properties cannot be read (HDF5 1.10 and 2.0; h5repack's output
+            # shows it). Made anew, with the fill value from the source's creation properties.
+            changed = True
+        if any(m is None for m in maxshape):
             if self.netcdf4:  # only NetCDF lets a variable be shorter than its (unlimited) dimension
-                shape = self._current_extent(src, shape, maxshape)
-            if all(n > 0 for n in shape):
-                new_maxshape = tuple(shape)
+                new_shape = self._current_extent(src, shape, maxshape)
+            if all(n > 0 for n in new_shape):
+                new_maxshape = tuple(new_shape)
                 self.summary.unlimited_fixed.append(path)
+                changed = True
             else:  # a zero-length dimension cannot be fixed with a chunked layout; nothing to page anyway
                 self.summary.unlimited_kept.append(path)
-        if layout == h5py.h5d.CHUNKED and is_simple and math.prod(src_shape) == 0:
-            # Nothing stored: keep the chunk shape, shrunk to fit fixed dimensions.
-            new_chunks = tuple(c if m is None else min(c, m) for c, m in zip(src_chunks, new_maxshape))
+        if layout == h5py.h5d.CHUNKED:
+            new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
             if new_chunks != src_chunks:
                 dcpl.set_chunk(new_chunks)
-        elif layout == h5py.h5d.CHUNKED and is_simple:
-            new_chunks = self._choose_chunks(src, path, src_shape, src_chunks, new_maxshape)
-            if new_chunks != src_chunks:
-                dcpl.set_chunk(new_chunks)
-                self.summary.rechunked[path] = {"from": list(src_chunks), "to": list(new_chunks)}
-        elif path in self.explicit_chunks and is_simple:
+                changed = True
+                if math.prod(shape):
+                    self.summary.rechunked[path] = {"from": list(src_chunks), "to": list(new_chunks)}
+        elif path in self.explicit_chunks:
             new_chunks = self._checked_explicit_chunks(path, src, new_maxshape)
             dcpl.set_chunk(new_chunks)
             self.summary.rechunked[path] = {"from": None, "to": list(new_chunks)}
-        if is_simple:
-            new_space = h5py.h5s.create_simple(tuple(shape),
-                                               tuple(h5py.h5s.UNLIMITED if m is None else m for m in new_maxshape))
+            changed = True
+        if not changed:
+            return
+        if h5py.h5o.get_info(src.id).rc > 1:
+            self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
+            return
+        parent, name = path.rsplit("/", 1)
+        parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
+        bname = name.encode("utf-8", "surrogateescape")
+        if new_chunks != src_chunks and math.prod(shape):
+            self._require_filters(src, path)
+        new_space = h5py.h5s.create_simple(tuple(new_shape), tuple(h5py.h5s.UNLIMITED if m is None else m
+                                                                    for m in new_maxshape))
+        new = h5py.h5d.create(parent_id, TMP_DATASET, self._file_type(src.id.get_type()), new_space, dcpl=dcpl)
+        self._copy_attributes(src.id, new, dcpl)
+        parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
+        parent_id.links.move(TMP_DATASET, parent_id, bname)
+        self.reordered_groups.add(parent or "/")
+        self.remade.add(path)
+        ftype = src.id.get_type()
+        if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
+            return  # (values holding references are written by the reference pass)
+        if layout == h5py.h5d.CHUNKED and new_chunks == src_chunks and _type_kind(ftype) == "fixed":
+            self._copy_raw_chunks(src, new)
         else:
-            new_space = space.copy()
-        tid = self._file_type(ftype)
-        dst_id = h5py.h5d.create(dst_group.id, name.encode(), tid, new_space, dcpl=dcpl)
-        self._copy_attributes(src.id, dst_id, dcpl)
-        # (H5Tdetect_class looks inside compound, array and vlen types: the
-        # costlier numpy dtype is built only for types that hold a reference)
-        if ftype.detect_class(h5py.h5t.REFERENCE) and _holds_references(src.dtype):
-            self.deferred_datasets.append((src, h5py.Dataset(dst_id)))
-        elif not is_simple:
-            if space.get_simple_extent_type() == h5py.h5s.SCALAR:
-                _copy_selection(src, h5py.Dataset(dst_id), ())
-        elif math.prod(shape) == 0:
-            pass
-        elif layout == h5py.h5d.CHUNKED and new_chunks == src_chunks and _type_kind(ftype) == "fixed":
-            # (variable-length values live in the file's global heap: their chunks
-            # hold heap addresses of the source file and must be converted instead)
-            self._copy_raw_chunks(src, dst_id)
-        else:
-            self._copy_decoded(src, h5py.Dataset(dst_id), new_chunks)
+            dst = h5py.Dataset(new)
+            for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
+                _copy_selection(src, dst, selection)
+            if self.progress:
+                self.progress(src.id.get_storage_size())
+
+    def _remake_scalar(self, src, path, dcpl, layout):
+        """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
+        fill_type = src.id.get_type()
+        vlen_fill = (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
+                     and (fill_type.detect_class(h5py.h5t.VLEN) or _has_vlen_string(fill_type)))
+        if layout == h5py.h5d.COMPACT:
+            dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+            self.summary.compact_to_contiguous.append(path)
+        elif not vlen_fill:
+            return
+        if h5py.h5o.get_info(src.id).rc > 1:
+            self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
+            return
+        parent, name = path.rsplit("/", 1)
+        parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
+        bname = name.encode("utf-8", "surrogateescape")
+        new = h5py.h5d.create(parent_id, TMP_DATASET, self._file_type(fill_type), h5py.h5s.create(h5py.h5s.SCALAR),
+                              dcpl=dcpl)
+        self._copy_attributes(src.id, new, dcpl)
+        parent_id.unlink(bname)
+        parent_id.links.move(TMP_DATASET, parent_id, bname)
+        self.reordered_groups.add(parent or "/")
+        self.remade.add(path)
+        if not fill_type.detect_class(h5py.h5t.REFERENCE):
+            _copy_selection(src, h5py.Dataset(new), ())
+
+    def _restore_link_order(self):
+        """A dataset made anew was linked last: its group's links moved out and back in the source's
+        order, so creation order (NetCDF-4's order of variables and dimensions) is the source's."""
+        for group_path in sorted(self.reordered_groups):
+            group = h5py.h5g.open(self.dst.id, group_path.encode("utf-8", "surrogateescape"))
+            hold = h5py.h5g.create(self.dst.id, TMP_HOLD)
+            names = [name.encode("utf-8", "surrogateescape") for name, _, _ in _members(self.src[group_path])]
+            for name in names:
+                group.links.move(name, hold, name)
+            for name in names:
+                hold.links.move(name, group, name)
+            self.dst.id.unlink(TMP_HOLD)
+
+    def _require_filters(self, src, path):
+        dcpl = src.id.get_create_plist()
+        for index in range(dcpl.get_nfilters()):
+            code, _, _, name = dcpl.get_filter(index)
+            if not h5py.h5z.filter_avail(code):
+                raise UserError(f"{self.src_path}: {path} is compressed with filter {code} "
+                                f"({name.decode(errors='replace') or 'unnamed'}), whose plugin is not installed "
+                                "here: it cannot be rechunked (a plain repack copies its chunks undecoded)")
+
+    def _collect_references(self, objects):
+        for path, address in [("/", None)] + objects:
+            if address is not None and self.copied[(self.src_fileno, address)] != path:
+                continue
+            oid = h5py.h5o.open(self.src.id, path.encode("utf-8", "surrogateescape"))
+            for position in range(_attribute_count(oid)):
+                attr = h5py.h5a.open(oid, index=position)
+                if attr.get_type().detect_class(h5py.h5t.REFERENCE):
+                    self.deferred_attrs.append((oid, path.encode("utf-8", "surrogateescape"), attr.get_name()))
+            if h5py.h5i.get_type(oid) == h5py.h5i.DATASET and oid.get_type().detect_class(h5py.h5t.REFERENCE):
+                self.deferred_datasets.append((h5py.Dataset(oid), self.dst[path]))
 
     def _current_extent(self, src: h5py.Dataset, shape, maxshape) -> tuple[int, ...]:
         """Each unlimited axis at its current size: the dataset's own or, if longer, that of the
@@ -536,7 +574,11 @@ class _Repacker:
     def _dst_address(self, src_address: int) -> int:
         """Address in the destination of the copy of the source object at ``src_address``."""
         if src_address not in self.dst_addresses:
-            dst_path = self.copied[(self.src_fileno, src_address)]
+            dst_path = self.copied.get((self.src_fileno, src_address))
+            if dst_path is None:  # not the address of any object in the file: kept as stored
+                self.summary.notes.append(f"a reference to address {src_address}, where the file has no object, "
+                                          "was kept as stored")
+                return src_address
             oid = h5py.h5o.open(self.dst.id, dst_path.encode("utf-8", "surrogateescape"))
             self.dst_addresses[src_address] = h5py.h5o.get_info(oid).addr
         return self.dst_addresses[src_address]
@@ -612,6 +654,9 @@ def _read_spans(located, max_gap=None, max_span=None):
         yield start, end, run
 
 
+TMP_ROOT = b".layoutlab-repack-root"
+TMP_DATASET = b".layoutlab-repack-dataset"
+TMP_HOLD = b".layoutlab-repack-hold"
 UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -678,6 +723,16 @@ def _members(group: h5py.Group) -> list[tuple[str, int, int]]:
     return members
 
 
+def _has_vlen_string(tid) -> bool:
+    if isinstance(tid, h5py.h5t.TypeStringID):
+        return tid.is_variable_str()
+    if isinstance(tid, h5py.h5t.TypeCompoundID):
+        return any(_has_vlen_string(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    if isinstance(tid, (h5py.h5t.TypeArrayID, h5py.h5t.TypeVlenID)):
+        return _has_vlen_string(tid.get_super())
+    return False
+
+
 def _type_kind(tid: h5py.h5t.TypeID) -> str:
     """``"fixed"`` when the stored bytes can be copied as they are, else ``"convert"``."""
     if tid.detect_class(h5py.h5t.VLEN) or tid.detect_class(h5py.h5t.REFERENCE):
@@ -711,11 +766,8 @@ def _is_fixed_size(dtype: np.dtype) -> bool:
 
 
 def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
-    """Copy ``src[selection]`` into ``dst`` (decoded); return the bytes moved."""
-    if not _is_fixed_size(src.dtype):
-        data = src[selection]
-        dst[selection] = data
-        return getattr(data, "nbytes", 0)
+    """Copy ``src[selection]`` into ``dst`` exactly (decoded; variable-length values through HDF5's own
+    memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved."""
     ftype = src.id.get_type()
     if selection == ():
         buffer = np.empty((), dtype=f"V{ftype.get_size()}")
@@ -778,14 +830,18 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
         seen: list[str] = []
         a.visit_links(seen.append) if hasattr(a, "visit_links") else a.visit(seen.append)
         for name in seen:
-            if name not in b:
+            if not b.id.links.exists(name.encode("utf-8", "surrogateescape")):
                 problems.append(f"/{name}: missing from the copy")
                 continue
-            link_a, link_b = a.get(name, getlink=True), b.get(name, getlink=True)
-            if type(link_a) is not type(link_b):
-                problems.append(f"/{name}: link kind {type(link_a).__name__} became {type(link_b).__name__}")
+            bname = name.encode("utf-8", "surrogateescape")
+            info_a, info_b = a.id.links.get_info(bname), b.id.links.get_info(bname)
+            if info_a.type != info_b.type:
+                problems.append(f"/{name}: link kind {info_a.type} became {info_b.type}")
                 continue
-            if isinstance(link_a, (h5py.SoftLink, h5py.ExternalLink)):
+            if info_a.type != h5py.h5l.TYPE_HARD:  # soft, external, user-defined: the link itself, not a target
+                if info_a.type in (h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL) and \
+                        a.id.links.get_val(bname) != b.id.links.get_val(bname):
+                    problems.append(f"/{name}: link value changed")
                 continue
             obj_a, obj_b = a[name], b[name]
             if type(obj_a) is not type(obj_b):
@@ -811,46 +867,205 @@ def _compare_attrs(a, b, problems):
     names_a, names_b = set(a.attrs), set(b.attrs)
     if names_a != names_b:
         problems.append(f"{a.name}: attributes differ: {sorted(names_a ^ names_b)}")
-    for name in names_a & names_b:
-        try:
-            va, vb = a.attrs[name], b.attrs[name]
-        except (OSError, TypeError) as error:  # e.g. empty (H5S_NULL) attributes of odd types
-            va = vb = repr(error)
-        if not _same_values(va, vb, a.file, b.file):
+    for name in sorted(names_a & names_b):
+        attr_a, attr_b = a.attrs.get_id(name), b.attrs.get_id(name)
+        if not attr_a.get_type().equal(attr_b.get_type()):
+            problems.append(f"{a.name}: attribute {name!r} type changed")
+            continue
+        space = attr_a.get_space()
+        if space.get_simple_extent_type() != attr_b.get_space().get_simple_extent_type():
+            problems.append(f"{a.name}: attribute {name!r} dataspace changed")
+            continue
+        if space.get_simple_extent_type() == h5py.h5s.NULL:
+            continue
+        if space.get_simple_extent_dims() != attr_b.get_space().get_simple_extent_dims():
+            problems.append(f"{a.name}: attribute {name!r} shape changed")
+            continue
+        if not _same_stored_values(attr_a, attr_b, a.file, b.file, attr=True, name=name, owners=(a, b)):
             problems.append(f"{a.name}: attribute {name!r} differs")
-        elif a.attrs.get_id(name).dtype != b.attrs.get_id(name).dtype:
-            problems.append(f"{a.name}: attribute {name!r} type {a.attrs.get_id(name).dtype} "
-                            f"became {b.attrs.get_id(name).dtype}")
+
+
+def _read_exact(obj, tid, shape, selection=None, attr=False):
+    """The values of a dataset/attribute in HDF5's own memory form of its type (no numpy
+    conversion: bytes as stored for fixed-size types, pointers for variable-length parts)."""
+    data = np.empty(shape, dtype=_opaque_dtype(tid.get_size()))
+    if attr:
+        obj.read(data, mtype=tid)
+    elif selection is None:
+        obj.read(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+    else:
+        start = tuple(s.start for s in selection)
+        count = tuple(s.stop - s.start for s in selection)
+        space = obj.get_space()
+        space.select_hyperslab(start, count)
+        obj.read(h5py.h5s.create_simple(count), space, data, mtype=tid)
+    return data
+
+
+def _needs_walk(tid) -> bool:
+    return bool(tid.detect_class(h5py.h5t.VLEN) or tid.detect_class(h5py.h5t.REFERENCE) or _has_vlen_string(tid))
+
+
+def _plain_refs_only(tid) -> bool:
+    """References in ``tid`` (if any) are all 8-byte object references (walkable as addresses)."""
+    kind = tid.get_class()
+    if kind == h5py.h5t.REFERENCE:
+        return tid.get_size() == 8
+    if kind == h5py.h5t.COMPOUND:
+        return all(_plain_refs_only(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    if kind in (h5py.h5t.ARRAY, h5py.h5t.VLEN):
+        return _plain_refs_only(tid.get_super())
+    return True
+
+
+def _same_stored_values(obj_a, obj_b, file_a, file_b, attr=False, name=None, owners=None, selection=None,
+                        shape=None) -> bool:
+    """Exact comparison: bytes as stored for fixed-size types (opaque, bitfield, compound, enum, ...);
+    variable-length values walked in HDF5's memory form (NULL differs from ""); object references
+    compared by their target's path."""
+    tid = obj_a.get_type()
+    if shape is None:
+        shape = obj_a.get_space().get_simple_extent_dims() if obj_a.get_space().get_simple_extent_type() == h5py.h5s.SIMPLE else ()
+    if not _needs_walk(tid):
+        return _read_exact(obj_a, tid, shape, selection, attr).tobytes() == \
+            _read_exact(obj_b, obj_b.get_type(), shape, selection, attr).tobytes()
+    if not _plain_refs_only(tid):  # region or new-style references: h5py's view, targets by path
+        if attr:
+            return _same_values(owners[0].attrs[name], owners[1].attrs[name], file_a, file_b)
+        dsa, dsb = h5py.Dataset(obj_a), h5py.Dataset(obj_b)
+        sel = selection if selection is not None else ()
+        return _same_values(dsa[sel], dsb[sel], file_a, file_b)
+    raw_a = _read_exact(obj_a, tid, shape, selection, attr)
+    raw_b = _read_exact(obj_b, obj_b.get_type(), shape, selection, attr)
+    walk_a, walk_b = _Walker(tid, file_a), _Walker(obj_b.get_type(), file_b)
+    return walk_a.values(raw_a.tobytes()) == walk_b.values(raw_b.tobytes())
+
+
+class _Walker:
+    """Canonical Python values of an HDF5 memory buffer: bytes for fixed parts, None for a NULL
+    variable-length string, lists for sequences, target paths for object references."""
+
+    def __init__(self, tid, file):
+        self.tid, self.file = tid, file
+
+    def values(self, raw: bytes) -> list:
+        size = self.tid.get_size()
+        return [self._one(self.tid, raw, i * size) for i in range(len(raw) // size)]
+
+    def _one(self, tid, raw, offset):
+        import ctypes
+
+        kind = tid.get_class()
+        if kind == h5py.h5t.STRING and tid.is_variable_str():
+            pointer = int.from_bytes(raw[offset:offset + 8], "little")
+            return None if pointer == 0 else ctypes.string_at(pointer)
+        if kind == h5py.h5t.VLEN:
+            length = int.from_bytes(raw[offset:offset + 8], "little")
+            pointer = int.from_bytes(raw[offset + 8:offset + 16], "little")
+            base = tid.get_super()
+            size = base.get_size()
+            if pointer == 0 or length == 0:
+                return ("vlen", length, pointer == 0)
+            inner = ctypes.string_at(pointer, length * size)
+            return [self._one(base, inner, i * size) for i in range(length)]
+        if kind == h5py.h5t.COMPOUND:
+            return tuple(self._one(tid.get_member_type(i), raw, offset + tid.get_member_offset(i))
+                         for i in range(tid.get_nmembers()))
+        if kind == h5py.h5t.ARRAY:
+            base = tid.get_super()
+            size = base.get_size()
+            return tuple(self._one(base, raw, offset + i * size) for i in range(math.prod(tid.get_array_dims())))
+        if kind == h5py.h5t.REFERENCE:
+            address = int.from_bytes(raw[offset:offset + 8], "little")
+            if address in (0, 0xFFFFFFFFFFFFFFFF):
+                return ("ref", None)
+            return ("ref", _address_index(self.file).get(address, f"?{address}"))
+        return raw[offset:offset + tid.get_size()]
+
+
+def _address_index(f: h5py.File) -> dict:
+    key = f.id.id
+    if key not in _PATHS:
+        index = {h5py.h5o.get_info(f.id).addr: "/"}
+        h5py.h5o.visit(f.id, lambda name, info: index.setdefault(info.addr, "/" + name.decode(errors="replace"))
+                       and None, info=True)
+        _PATHS[key] = index
+    return _PATHS[key]
+
+
+def _filters(dcpl) -> list:
+    return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
 def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
-    grown = (a.shape is not None and b.shape is not None and a.shape != b.shape and len(a.shape) == len(b.shape)
-             and all(nb == na or (nb > na and m is None) for na, nb, m in zip(a.shape, b.shape, a.maxshape)))
-    if grown and a.dtype == b.dtype:
-        # An unlimited axis fixed at its dimension's length: the original part must match, the rest is fill.
-        if not _extension_is_fill(a, b, block_bytes):
-            problems.append(f"{a.name}: the part beyond the original shape {a.shape} is not fill value")
-    elif a.shape != b.shape or a.dtype != b.dtype:
-        problems.append(f"{a.name}: shape/dtype {a.shape} {a.dtype} became {b.shape} {b.dtype}")
+    space_a, space_b = a.id.get_space(), b.id.get_space()
+    kind = space_a.get_simple_extent_type()
+    if kind != space_b.get_simple_extent_type() or not a.id.get_type().equal(b.id.get_type()):
+        problems.append(f"{a.name}: type or dataspace kind changed")
         return
-    if a.compression != b.compression or a.shuffle != b.shuffle or a.fletcher32 != b.fletcher32:
-        problems.append(f"{a.name}: filters changed ({a.compression}, shuffle={a.shuffle} -> "
-                        f"{b.compression}, shuffle={b.shuffle})")
-    fill_a, fill_b = a.id.get_create_plist(), b.id.get_create_plist()
-    if fill_a.fill_value_defined() != fill_b.fill_value_defined() or not _same_values(a.fillvalue, b.fillvalue):
-        problems.append(f"{a.name}: fill value {a.fillvalue!r} became {b.fillvalue!r}")
-    if a.shape is None:
+    shape_a = space_a.get_simple_extent_dims() if kind == h5py.h5s.SIMPLE else ()
+    shape_b = space_b.get_simple_extent_dims() if kind == h5py.h5s.SIMPLE else ()
+    maxshape = space_a.get_simple_extent_dims(True) if kind == h5py.h5s.SIMPLE else ()
+    grown = shape_a != shape_b and len(shape_a) == len(shape_b) and all(
+        nb == na or (nb > na and m == h5py.h5s.UNLIMITED) for na, nb, m in zip(shape_a, shape_b, maxshape))
+    if shape_a != shape_b and not grown:
+        problems.append(f"{a.name}: shape {shape_a} became {shape_b}")
         return
-    if not a.shape:
-        if not _same_values(a[()], b[()], a.file, b.file):
+    dcpl_a, dcpl_b = a.id.get_create_plist(), b.id.get_create_plist()
+    if _filters(dcpl_a) != _filters(dcpl_b):
+        problems.append(f"{a.name}: filters changed")
+    if dcpl_a.fill_value_defined() != dcpl_b.fill_value_defined():
+        problems.append(f"{a.name}: fill value defined-ness changed")
+    elif dcpl_a.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED and not _needs_walk(a.id.get_type()):
+        fa, fb = (np.zeros((), dtype=_opaque_dtype(a.id.get_type().get_size())) for _ in range(2))
+        try:
+            dcpl_a.get_fill_value(fa)
+            dcpl_b.get_fill_value(fb)
+            same_fill = fa.tobytes() == fb.tobytes()
+        except (OSError, TypeError, ValueError, RuntimeError):  # no conversion to raw bytes: h5py's view
+            same_fill = _same_values(a.fillvalue, b.fillvalue)
+        if not same_fill:
+            problems.append(f"{a.name}: fill value changed")
+    if dcpl_a.get_external_count() or kind == h5py.h5s.NULL:
+        if dcpl_a.get_external_count() and [dcpl_a.get_external(i) for i in range(dcpl_a.get_external_count())] != \
+                [dcpl_b.get_external(i) for i in range(dcpl_b.get_external_count())]:
+            problems.append(f"{a.name}: external storage changed")
+        return  # (external raw data is not copied: the copy points at the same external files)
+    if kind == h5py.h5s.SCALAR:
+        if not _same_stored_values(a.id, b.id, a.file, b.file):
             problems.append(f"{a.name}: value differs")
         return
-    if math.prod(a.shape) == 0:
+    if math.prod(shape_a) == 0:
         return
-    for selection in _blocks(a.shape, a.chunks or a.shape, a.dtype.itemsize, block_bytes):
-        if not _same_values(a[selection], b[selection], a.file, b.file):
+    if grown and not _extension_is_fill(a, b, block_bytes):
+        problems.append(f"{a.name}: the part beyond the original shape {shape_a} is not fill value")
+    tid = a.id.get_type()
+    same_chunks = (dcpl_a.get_layout() == dcpl_b.get_layout() == h5py.h5d.CHUNKED
+                   and dcpl_a.get_chunk() == dcpl_b.get_chunk())
+    if same_chunks and not _needs_walk(tid):
+        if not _same_stored_chunks(a, b):
+            problems.append(f"{a.name}: stored chunks differ")
+        return
+    if a.id.get_storage_size() == 0 and b.id.get_storage_size() == 0:
+        return  # nothing written in either: both read as fill (or undefined) values
+    for selection in _blocks(shape_a, (a.chunks or shape_a), tid.get_size(), block_bytes):
+        if not _same_stored_values(a.id, b.id, a.file, b.file, selection=selection,
+                                   shape=tuple(s.stop - s.start for s in selection)):
             problems.append(f"{a.name}: values differ in {selection}")
             return
+
+
+def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
+    """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs)."""
+    def located(ds):
+        found = {}
+        ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset), (info.filter_mask, info.size)))
+        return found
+
+    chunks_a, chunks_b = located(a), located(b)
+    if chunks_a != chunks_b:
+        return False
+    return all(a.id.read_direct_chunk(offset) == b.id.read_direct_chunk(offset) for offset in chunks_a)
 
 
 _PATHS: dict = {}
@@ -868,6 +1083,8 @@ def _path_of(f: h5py.File, ref) -> str:
 
 
 def _extension_is_fill(a: h5py.Dataset, b: h5py.Dataset, block_bytes) -> bool:
+    if b.id.get_create_plist().fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED:
+        return True  # (no fill value: what lies beyond is undefined in the input too)
     for axis, (na, nb) in enumerate(zip(a.shape, b.shape)):
         if nb == na:
             continue

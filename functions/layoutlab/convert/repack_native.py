@@ -7,8 +7,11 @@ of repack_hdf5.py runs instead, which is the only place h5py and numpy are
 imported. So a repack the native engine does costs no more start-up than
 h5repack's: measured in benchmarks/bench_repack.py.
 
-``LAYOUTLAB_NATIVE_REPACK=0`` turns the native engine off (``LAYOUTLAB_FASTCOPY=0``
-turns off all C code).
+Since issue 15 the default engine is repack_hdf5's (HDF5's H5Ocopy of the whole tree, then only
+what must change made anew): on the shared corpus of third-party files it preserves every file
+the native engine got wrong. The native engine runs only when asked
+(``LAYOUTLAB_REPACK_ENGINE=native``, for benchmarks/bench_repack.py); ``LAYOUTLAB_NATIVE_REPACK=0``
+turns it off (``LAYOUTLAB_FASTCOPY=0`` turns off all C code).
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
     declined = None
-    if target_chunk_bytes is None and not chunks:
+    if target_chunk_bytes is None and not chunks and os.environ.get("LAYOUTLAB_REPACK_ENGINE") == "native":
         done = repack_natively(in_path, out_path, page_size, verify=verify, progress=progress)
         if isinstance(done, RepackSummary):
             return done
