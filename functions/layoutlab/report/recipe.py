@@ -17,11 +17,10 @@ DEFAULT_COMPRESSOR = "blosc-zstd:3"  # convert/rechunk_zarr.py's default codec c
 
 
 def _size_text(value) -> str:
-    n = int(value)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
+    from layoutlab.units import size_label
+
+    label = size_label(int(value))
+    return label[:-1] if label.endswith("B") and not label.endswith("iB") else label  # plain bytes: "65536"
 
 
 def make_steps(variant: str, item: dict | None) -> dict:
@@ -34,9 +33,9 @@ def make_steps(variant: str, item: dict | None) -> dict:
     if kind == "repack-paged":
         page = spec.get("page_size") or (item.get("repack") or {}).get("page_size")
         if page is None and variant.startswith("paged-"):  # an item without its spec: the name says the page
-            from layoutlab.pipeline.plan import parse_size
+            from layoutlab.units import parse_size
 
-            page = parse_size(variant.rsplit("-", 1)[-1])
+            page = parse_size(variant.rsplit("-", 1)[-1], "page size in the variant's name")
         if page is None:
             return {"kind": kind, "commands": [], "note": "the page size was not recorded with this variant"}
         layoutlab = f"layoutlab repack INPUT.h5 OUTPUT.h5 --page-size {_size_text(page)}"
