@@ -115,3 +115,28 @@ def test_inspect_command_text_and_json(granules, capsys):
     assert "verdict:" in text and "fix: layoutlab repack" in text
     assert cli.main(["inspect", str(granules[1]), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hdf5"]["file_space"]["paged"] is True
+
+
+def test_unlimited_dimension_without_coordinate_reports_the_length_ncdump_reports(tmp_path):
+    """Issue 15: a dimension scale with no coordinate variable stays at length 0 in HDF5
+    while its variables grow; ncdump reports the longest variable along it (`time = 2`)."""
+    import netCDF4
+
+    path = tmp_path / "unlim.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)  # no 'time' variable
+        nc.createDimension("rec", None)
+        nc.createDimension("x", 3)
+        nc.createDimension("empty", None)  # used by nothing: 0
+        short = nc.createVariable("short", "f4", ("time", "x"))
+        short[0:2] = np.ones((2, 3))
+        longer = nc.createVariable("longer", "i4", ("rec", "time"))
+        longer[0:4, 0:5] = np.ones((4, 5), "i4")  # time is now 5 long, rec 4
+        child = nc.createGroup("child")
+        child.createDimension("t2", None)
+        inner = child.createVariable("inner", "f8", ("t2", "rec"))
+        inner[0:7, 0:6] = np.zeros((7, 6))  # a sub-group variable makes the root's rec 6
+    report = inspect_file(path)
+    lengths = {d["name"]: d["length"] for d in report["hdf5"]["netcdf_unlimited_dimensions"]}
+    assert lengths == {"/time": 5, "/rec": 6, "/empty": 0, "/child/t2": 7}
+    assert "time=5" in format_report(report)

@@ -98,6 +98,7 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
     layouts = Counter()
     filters = Counter()
     compact, unlimited, netcdf_unlimited_dims = [], [], []
+    unlimited_shapes = []  # (dataset, maxshape) of every extensible dataset: who may use an unlimited dimension
     extents: list[tuple[int, int]] = []  # (offset, size) of raw data in the file
     chunk_sizes: list[int] = []
     chunks_over_page = 0
@@ -133,8 +134,10 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
         maxshape = obj.maxshape
         if maxshape and any(m is None for m in maxshape):
             unlimited.append(path)
+            unlimited_shapes.append((obj, maxshape))
             if attrs.get("CLASS") == b"DIMENSION_SCALE":
-                netcdf_unlimited_dims.append({"name": path, "length": int(obj.shape[0]) if obj.shape else 0})
+                netcdf_unlimited_dims.append({"name": path, "length": int(obj.shape[0]) if obj.shape else 0,
+                                              "_addr": info.addr})
         if layout == h5py.h5d.COMPACT:
             compact.append(path)
         elif layout == h5py.h5d.CONTIGUOUS:
@@ -149,6 +152,7 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
             obj.id.chunk_iter(on_chunk)
 
     f.visititems(visit)
+    _unlimited_dimension_lengths(f, netcdf_unlimited_dims, unlimited_shapes)
     raw_bytes = int(sum(s for _, s in extents))
     chunk_sizes_arr = np.asarray(chunk_sizes, dtype="i8")
     layout_page = page_size or assumed_page_size
@@ -177,6 +181,43 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
         "netcdf_unlimited_dimensions": netcdf_unlimited_dims,
         "compact_datasets": {"count": len(compact), "names": compact[:LISTED]},
     }
+
+
+def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
+    """Set each unlimited dimension's length to its current length as the netCDF library reports it.
+
+    A netCDF-4 dimension is a dimension scale; when no coordinate variable carries
+    it, its dataset stays at length 0 while the variables that use it grow. The
+    netCDF library (``ncdump -h``: ``time = UNLIMITED ; // (2 currently)``) takes
+    the longest extent along that dimension among the variables that use it, so
+    this does the same: it follows each extensible dataset's ``DIMENSION_LIST``
+    (the references HDF5's dimension-scale API keeps) to the scales of its
+    unlimited axes. A variable that uses an unlimited dimension is itself
+    extensible along that axis, so only extensible datasets are read.
+    """
+    import h5py
+
+    by_addr = {d["_addr"]: d for d in dims}
+    for obj, maxshape in datasets if by_addr else ():
+        try:
+            dimension_list = obj.attrs["DIMENSION_LIST"] if "DIMENSION_LIST" in obj.attrs else None
+        except (OSError, TypeError, ValueError, KeyError):  # unreadable attribute: the scale's own length stands
+            continue
+        if dimension_list is None or len(dimension_list) != len(obj.shape):
+            continue
+        for axis, refs in enumerate(dimension_list):
+            if maxshape[axis] is not None:
+                continue
+            for ref in np.atleast_1d(refs):
+                try:
+                    addr = h5py.h5o.get_info(h5py.h5r.dereference(ref, f.id)).addr
+                except (OSError, TypeError, ValueError, KeyError):
+                    continue
+                dim = by_addr.get(addr)
+                if dim is not None:
+                    dim["length"] = max(dim["length"], int(obj.shape[axis]))
+    for dim in dims:
+        dim.pop("_addr", None)
 
 
 def _metadata_scatter(extents, size, userblock, page_size) -> dict:
