@@ -122,13 +122,12 @@ def test_default_compressor_is_blosc_zstd_level_3(geos, tmp_path):
     assert blosc and getattr(blosc[0].cname, "value", blosc[0].cname) == "zstd" and blosc[0].clevel == 3
 
 
-def test_odd_variables_round_trip_and_strings_are_skipped_with_a_reason(odd, tmp_path, caplog):
+def test_odd_variables_round_trip_strings_included(odd, tmp_path):
     dst = tmp_path / "odd.zarr"
-    with caplog.at_level(logging.WARNING):
-        result = rechunk(odd, dst, chunks={"time": 2, "x": 3})
-    assert [s["variable"] for s in result["skipped"]] == ["station"]
-    assert "station" in caplog.text and "Zarr v3" in caplog.text
-    assert_same_dataset(odd, dst, drop=["station"])
+    result = rechunk(odd, dst, chunks={"time": 2, "x": 3})
+    assert result["skipped"] == []
+    assert_same_dataset(odd, dst)  # the vlen string variable too (Zarr v3 "string")
+    assert zarr.open_array(dst / "station").metadata.to_dict()["data_type"] == "string"
     # Integer fill values stay the arrays' own fill values (for non-xarray readers too).
     assert zarr.open_array(dst / "counts").fill_value == -999
     raw = xr.open_zarr(dst, mask_and_scale=False)

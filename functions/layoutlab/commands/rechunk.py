@@ -20,7 +20,28 @@ target chunks and shards) and prepares DST; --unit K runs one unit (any order, a
 parallelism, across stages too: a stage-1 unit first runs the stage-0 units it reads
 from that are not done yet); --finalize writes the metadata last, so readers never
 see a half-written store. Without any of these
-three options the whole sequence runs here with a progress bar."""
+three options the whole sequence runs here with a progress bar.
+
+What is copied, and what is said about it (the result's "skipped" list and, per
+variable, the plan's "notes"):
+- Groups: every HDF5/NetCDF group becomes a Zarr group per HDF5/NetCDF group at the
+  same path, with its attributes; arrays keep their paths (gt1l/heights/h_ph), and
+  --variables takes those paths. xarray.open_zarr(DST, group=G) equals
+  xarray.open_dataset(SRC, group=G). For a Zarr source only its root group is copied;
+  its sub-groups are listed in "skipped".
+- Strings: variable-length strings become Zarr v3 'string' arrays (UTF-8); fixed-length
+  byte strings and NetCDF char arrays keep their bytes (zarr-python's
+  null_terminated_bytes, not yet in the Zarr v3 spec).
+- Packing: packed integers (scale_factor / add_offset) are copied as stored, in their
+  integer dtype with their packing attributes. Zarr attributes are JSON numbers, so a
+  float32 scale_factor is read back as float64 and xarray unpacks to float64 where the
+  source gives float32 (the plan's notes say so per variable).
+- Not copied, each listed in "skipped" with the reason, never dropped silently:
+  compound, opaque, reference and variable-length sequence types, data that cannot be
+  read (a filter plugin missing, external raw data absent), external links, and
+  attributes that have no JSON form. A file with nothing that can be written is refused
+  with those reasons.
+- Empty (zero-size) variables cost metadata only."""
 
 EPILOG = """\
 examples:

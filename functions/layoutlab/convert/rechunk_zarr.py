@@ -264,13 +264,26 @@ def _clear_destination(dst: str) -> None:
 
 @dataclass
 class SourceArray:
-    name: str
+    name: str  # path inside the source, "var" or "group/sub/var": the array's path in DST
     dims: tuple[str, ...]
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: np.dtype  # numpy's view; object for variable-length strings (kind "string")
     chunks: tuple[int, ...]
     attrs: dict
     is_coord: bool
+    kind: str = "numeric"  # numeric | string (variable-length UTF-8) | bytes (fixed-length char)
+    stored_shape: tuple[int, ...] | None = None  # the HDF5 dataset's own shape when shorter than its dimensions
+
+
+# Zarr v3 data types for what is not a core numeric type: variable-length strings
+# become the "string" data type (UTF-8, a registered Zarr v3 extension that zarr-python
+# 3.1+ writes); fixed-length byte strings (NetCDF char arrays, HDF5 fixed strings) keep
+# their bytes as zarr-python's "null_terminated_bytes" (not yet in the v3 spec; zarr-python
+# warns when writing it; trailing NULs are padding, as in NetCDF). xarray reads both back
+# as it reads the source (char arrays decode to strings the same way).
+STRING_KINDS = {"string": "variable-length UTF-8 strings -> Zarr v3 'string'",
+                "bytes": "fixed-length byte strings -> zarr-python 'null_terminated_bytes'"}
+STRING_ITEMSIZE = 64  # the planner's per-element memory guess for variable-length strings
 
 
 def source_kind(src: str) -> str:
@@ -317,81 +330,301 @@ def _open_hdf5(src: str, rdcc_nbytes: int = 2**20):
 
 
 def inspect_source(src: str, kind: str) -> tuple[list[SourceArray], dict]:
-    """Every variable of the source (with dims, raw dtype, chunks, raw attributes) and the global attributes."""
+    """Every root-group variable of the source and the global attributes (see ``describe_source`` for all groups)."""
+    description = describe_source(src, kind)
+    return [a for a in description["arrays"] if "/" not in a.name], description["groups"][""]
+
+
+def describe_source(src: str, kind: str) -> dict:
+    """What the source holds: {"arrays": [SourceArray], "groups": {path: attrs}, "skipped": [...]}.
+
+    HDF5 / NetCDF-4 sources are walked with h5py, every group included (a Zarr
+    group per HDF5 group); names, dimensions, shapes and attributes are what
+    ``xarray.open_dataset(SRC, group=G, engine="h5netcdf", phony_dims="sort")``
+    shows. Zarr sources are read through xarray (root group; sub-groups are listed
+    as skipped).
+    """
+    if kind == "zarr":
+        return _describe_zarr(src)
+    try:
+        handle = _open_hdf5(src)
+    except (OSError, ValueError) as error:
+        raise BadInputFile(src, f"cannot be opened as HDF5 ({error.__class__.__name__}: {error})") from None
+    try:
+        return _describe_hdf5(handle)
+    finally:
+        handle.close()
+
+
+def _describe_zarr(src: str) -> dict:
     import xarray as xr
 
     try:
-        if kind == "zarr":
-            ds = xr.open_zarr(open_store(src, read_only=True), decode_cf=False, chunks=None, consolidated=None)
-        else:
-            handle = _open_hdf5(src)
-            ds = xr.open_dataset(handle, engine="h5netcdf", decode_cf=False, phony_dims="sort", chunks=None)
+        ds = xr.open_zarr(open_store(src, read_only=True), decode_cf=False, chunks=None, consolidated=None)
     except (OSError, ValueError, KeyError) as error:
         raise BadInputFile(src, f"cannot be read as a dataset ({error.__class__.__name__}: {error})") from None
     arrays = []
     with ds:
         for name, var in ds.variables.items():
-            if kind == "zarr":
-                chunks = tuple(var.encoding.get("chunks") or var.shape)
-            else:
-                chunks = tuple(var.encoding.get("chunksizes") or var.shape)
-            arrays.append(
-                SourceArray(
-                    name=str(name),
-                    dims=tuple(str(d) for d in var.dims),
-                    shape=tuple(int(n) for n in var.shape),
-                    dtype=np.dtype(var.dtype),
-                    chunks=tuple(int(c) for c in chunks),
-                    attrs=dict(var.attrs),
-                    is_coord=var.dims == (name,),
-                )
-            )
+            arrays.append(SourceArray(
+                name=str(name), dims=tuple(str(d) for d in var.dims), shape=tuple(int(n) for n in var.shape),
+                dtype=np.dtype(var.dtype), chunks=tuple(int(c) for c in (var.encoding.get("chunks") or var.shape)),
+                attrs=dict(var.attrs), is_coord=var.dims == (name,),
+            ))
         global_attrs = dict(ds.attrs)
-    if kind == "hdf5":
-        handle.close()
-    return arrays, global_attrs
+    skipped = []
+    import zarr
+
+    root = zarr.open_group(open_store(src, read_only=True), mode="r")
+    for name, _ in root.groups():
+        skipped.append({"group": name, "reason": "sub-group of a Zarr source: only the root group of a Zarr source is rechunked"})
+    return {"arrays": arrays, "groups": {"": global_attrs}, "skipped": skipped}
+
+
+_HDF5_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+
+
+class _AttrView:
+    """What xarray's h5netcdf backend reads an object's attributes through (name + h5netcdf's attribute mapping)."""
+
+    def __init__(self, obj):
+        import h5py
+        from h5netcdf.attrs import Attributes
+
+        self.name = obj.name
+        self.attrs = Attributes(obj.attrs, None, h5py)
+
+
+def _read_attrs(obj, owner: str, skipped: list) -> dict:
+    """Attributes as xarray's h5netcdf backend reads them; one that cannot be read is listed in ``skipped``."""
+    from h5netcdf.attrs import _HIDDEN_ATTRS
+    from xarray.backends.h5netcdf_ import _read_attributes
+
+    view = _AttrView(obj)
+    out = {}
+    for key in list(obj.attrs.keys()):
+        if key in _HIDDEN_ATTRS:
+            continue
+        try:
+            value = view.attrs[key]
+            out.update(_read_attributes(type("One", (), {"name": view.name, "attrs": {key: value}})()))
+        except _HDF5_READ_ERRORS as error:
+            skipped.append({"variable": owner, "attribute": key,
+                            "reason": f"attribute cannot be read ({error.__class__.__name__}: {error})"})
+    return out
+
+
+def _describe_hdf5(f) -> dict:
+    import h5py
+    from h5netcdf.core import NOT_A_VARIABLE
+
+    # One pass over the file: object address -> path (a dimension scale is found
+    # from a variable's DIMENSION_LIST by address; asking HDF5 the name of a
+    # dereferenced object searches the file, which made h5netcdf quadratic in the
+    # number of variables: 153 s for 602 empty variables).
+    paths: dict[int, str] = {}
+
+    def remember(name, info):
+        paths.setdefault(info.addr, name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else name)
+
+    h5py.h5o.visit(f.id, remember, info=True)
+    arrays: list[SourceArray] = []
+    groups: dict[str, dict] = {}
+    skipped: list[dict] = []
+    datasets = []  # (path, dataset) in h5netcdf's order: a group's own objects, then its sub-groups
+    dimids: dict[int, str] = {}
+    phony: dict = {}
+
+    def walk(group, prefix):
+        groups[prefix] = _read_attrs(group, prefix or "/", skipped)
+        subgroups = []
+        for key in group:
+            path = f"{prefix}/{key}" if prefix else key
+            link = group.get(key, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                skipped.append({"variable": path, "reason": f"external link to {link.filename}:{link.path}: not followed"})
+                continue
+            try:
+                obj = group[key]
+            except _HDF5_READ_ERRORS as error:
+                skipped.append({"variable": path, "reason": f"cannot be opened ({error.__class__.__name__}: {error})"})
+                continue
+            if isinstance(obj, h5py.Group):
+                subgroups.append((obj, path))
+            elif isinstance(obj, h5py.Dataset):
+                datasets.append((path, obj))
+                if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" and "_Netcdf4Dimid" in obj.attrs:
+                    dimids[int(obj.attrs["_Netcdf4Dimid"])] = key
+        for obj, path in subgroups:
+            walk(obj, path)
+
+    walk(f, "")
+    unlimited: dict[int, int] = {}  # dimension scale address -> current length (longest user)
+    described = []
+    for path, ds in datasets:
+        attrs = ds.attrs
+        is_scale = attrs.get("CLASS") == b"DIMENSION_SCALE"
+        name = path.rsplit("/", 1)[-1]
+        if is_scale and NOT_A_VARIABLE in (attrs.get("NAME", b"") if isinstance(attrs.get("NAME", b""), bytes) else b""):
+            if ds.maxshape and ds.maxshape[0] is None:
+                unlimited.setdefault(h5py.h5o.get_info(ds.id).addr, int(ds.shape[0]) if ds.shape else 0)
+            continue  # a netCDF dimension, not a variable
+        try:
+            dims, scales = _dimensions(f, path, ds, is_scale, dimids, paths, phony)
+        except _HDF5_READ_ERRORS as error:
+            skipped.append({"variable": path, "reason": f"its dimensions cannot be read ({error.__class__.__name__}: {error})"})
+            continue
+        for axis, addr in enumerate(scales):
+            if addr is not None and ds.maxshape[axis] is None:
+                unlimited[addr] = max(unlimited.get(addr, 0), int(ds.shape[axis]))
+        described.append((path, name, ds, dims, scales))
+    for path, name, ds, dims, scales in described:
+        shape = tuple(max(int(n), unlimited.get(a, 0)) if a is not None else int(n) for n, a in zip(ds.shape, scales))
+        kind, reason = _data_kind(ds)
+        if reason is None and math.prod(ds.shape) > 0:
+            try:  # one element: a filter without its plugin, missing external raw data, no conversion path
+                ds[(0,) * ds.ndim] if ds.ndim else ds[()]
+            except _HDF5_READ_ERRORS as error:
+                reason = f"its data cannot be read ({error.__class__.__name__}: {error})"
+        if reason is not None:
+            skipped.append({"variable": path, "reason": reason})
+            continue
+        dtype = np.dtype(object) if kind == "string" else np.dtype(ds.dtype)
+        arrays.append(SourceArray(
+            name=path, dims=dims, shape=shape, dtype=dtype,
+            chunks=tuple(int(c) for c in (ds.chunks or shape)), attrs=_read_attrs(ds, path, skipped),
+            is_coord=dims == (name,), kind=kind, stored_shape=tuple(int(n) for n in ds.shape) if shape != ds.shape else None,
+        ))
+    return {"arrays": arrays, "groups": groups, "skipped": skipped}
+
+
+def _dimensions(f, path, ds, is_scale, dimids, paths, phony) -> tuple[tuple[str, ...], tuple[int | None, ...]]:
+    """(dimension names, dimension scale address per axis or None) as h5netcdf names them."""
+    import h5py
+
+    if ds.ndim == 0:
+        return (), ()
+    attrs = ds.attrs
+    own = h5py.h5o.get_info(ds.id).addr
+    if is_scale and "_Netcdf4Coordinates" in attrs:
+        ids = [int(i) for i in np.atleast_1d(attrs["_Netcdf4Coordinates"])]
+        names = tuple(dimids[i] for i in ids)
+        return names, tuple(own if i == 0 else None for i in range(len(ids)))
+    if "DIMENSION_LIST" in attrs:
+        refs = attrs["DIMENSION_LIST"]
+        if all(len(np.atleast_1d(r)) for r in refs):
+            addrs = tuple(h5py.h5o.get_info(h5py.h5r.dereference(np.atleast_1d(r)[-1], f.id)).addr for r in refs)
+            return tuple(paths[a].rsplit("/", 1)[-1] for a in addrs), addrs
+    if is_scale and ds.ndim == 1:
+        return (path.rsplit("/", 1)[-1],), (own,)
+    # No dimension scales: h5netcdf's phony dimensions (phony_dims="sort"), as xarray names them.
+    if "nc" not in phony:
+        import h5netcdf
+
+        phony["nc"] = h5netcdf.File(f, "r", phony_dims="sort")
+    nc = phony["nc"]
+    group, _, name = path.rpartition("/")
+    node = nc[group] if group else nc
+    return tuple(node.variables[name].dimensions), (None,) * ds.ndim
+
+
+def _data_kind(ds) -> tuple[str, str | None]:
+    """("numeric" | "string" | "bytes", None) or (kind, the reason it cannot be written)."""
+    import h5py
+
+    dtype = ds.dtype
+    if dtype.kind in CORE_KINDS:
+        if h5py.check_dtype(ref=dtype) is None:
+            return "numeric", None
+    string = h5py.check_string_dtype(dtype)
+    if string is not None:
+        return ("string", None) if string.length is None else ("bytes", None)
+    if dtype.kind == "V" and dtype.names:
+        what = "a compound type"
+    elif h5py.check_dtype(ref=dtype) is not None:
+        what = "object or region references"
+    elif h5py.check_dtype(vlen=dtype) is not None:
+        what = "variable-length sequences"
+    elif dtype.subdtype is not None:
+        what = f"an array type {dtype.subdtype[0]}{list(dtype.subdtype[1])}"
+    elif dtype.kind == "V":
+        what = "an opaque type"
+    else:
+        what = f"data type {dtype}"
+    return "other", f"{what} has no Zarr v3 data type (only numbers, booleans and strings are written)"
 
 
 # --- plan ---------------------------------------------------------------------------
 
 
-def _json_attrs(attrs: dict, dtype: np.dtype | None = None) -> dict:
-    """Attributes as xarray writes them to Zarr v3 (so xarray reads them back identically)."""
+def _json_attrs(attrs: dict, dtype: np.dtype | None = None, owner: str = "", skipped: list | None = None) -> dict:
+    """Attributes as xarray writes them to Zarr v3 (so xarray reads them back identically).
+
+    An attribute JSON cannot hold (references, compound values...) is left out and
+    listed in ``skipped`` (when given) with the reason; without ``skipped`` it raises.
+    """
     from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
 
     out = {}
     for key, value in attrs.items():
-        if key == "_FillValue" and dtype is not None:
-            out[key] = FillValueCoder.encode(np.asarray(value).reshape(-1)[0].item(), dtype)
-            continue
-        value = encode_zarr_attr_value(value)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        out[key] = value
+        try:
+            if key == "_FillValue" and dtype is not None and dtype.kind in CORE_KINDS:
+                out[key] = FillValueCoder.encode(np.asarray(value).reshape(-1)[0].item(), dtype)
+                continue
+            value = encode_zarr_attr_value(value)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            json.dumps(value, allow_nan=True)
+            out[key] = value
+        except (TypeError, ValueError, IndexError, OverflowError) as error:
+            if skipped is None:
+                raise
+            skipped.append({"variable": owner, "attribute": key,
+                            "reason": f"attribute value has no JSON form ({error.__class__.__name__}: {error})"})
     return out
+
+
+def _fill_value(array: SourceArray):
+    """The Zarr array's fill value: the source's _FillValue, else NaN / 0 / empty string."""
+    if array.kind == "string":
+        return ""
+    if array.kind == "bytes":
+        return b""
+    fill = array.attrs.get("_FillValue")
+    if fill is not None:
+        try:
+            return np.asarray(fill, dtype=array.dtype).reshape(-1)[0].item()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            pass
+    return float("nan") if array.dtype.kind in "fc" else (False if array.dtype.kind == "b" else 0)
 
 
 def _array_metadata(name, shape, dtype, chunks, shards, codecs, fill_value, attrs, dims) -> dict:
     """The ``zarr.json`` document of one array, made by zarr itself (in memory)."""
+    import warnings
+
     import zarr
     from zarr.storage import MemoryStore
 
     store = MemoryStore()
-    zarr.create_array(
-        store,
-        name=name,
-        shape=shape,
-        dtype=dtype,
-        chunks=chunks,
-        shards=shards,
-        compressors=codecs,
-        filters=(),
-        fill_value=fill_value,
-        attributes=attrs,
-        dimension_names=dims,
-        zarr_format=3,
-        config={"write_empty_chunks": False},
-    )
+    with warnings.catch_warnings():
+        # null_terminated_bytes (char arrays) is zarr-python's, not yet in the v3 spec: the plan's notes say so
+        warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification.*")
+        zarr.create_array(
+            store,
+            name=name,
+            shape=shape,
+            dtype=dtype,
+            chunks=chunks,
+            shards=shards,
+            compressors=codecs,
+            filters=(),
+            fill_value=fill_value,
+            attributes=attrs,
+            dimension_names=dims,
+            zarr_format=3,
+            config={"write_empty_chunks": False},
+        )
     return json.loads(_store_get(store, f"{name}/zarr.json"))
 
 
@@ -451,9 +684,11 @@ def plan_rechunk(
     if prepare:
         _check_destination(dst, overwrite)
     kind = source_kind(src)
-    arrays, global_attrs = inspect_source(src, kind)
+    description = describe_source(src, kind)
+    arrays, skipped = description["arrays"], list(description["skipped"])
     if not arrays:
-        raise BadInputFile(src, "holds no array variables")
+        why = "; ".join(f"{s.get('variable') or s.get('group')}: {s['reason']}" for s in skipped if "attribute" not in s)
+        raise BadInputFile(src, "holds no array variables" + (f" that can be written ({why})" if why else ""))
     all_dims = {d for a in arrays for d in a.dims}
     for option, spec in (("--chunks", chunks), ("--shards", shards)):
         if isinstance(spec, dict):
@@ -468,29 +703,24 @@ def plan_rechunk(
         if unknown:
             raise BadInputFile(src, f"--variables: no variable(s) {', '.join(unknown)} (it has: {', '.join(names)})")
         wanted = set(variables)
-        # Coordinates of the chosen variables come along, so the result is a dataset.
-        chosen_dims = {d for a in arrays if a.name in wanted for d in a.dims}
-        arrays = [a for a in arrays if a.name in wanted or (a.is_coord and a.name in chosen_dims)]
+        # Coordinates of the chosen variables come along (from their own group), so the result is a dataset.
+        chosen = {(a.name.rpartition("/")[0], d) for a in arrays if a.name in wanted for d in a.dims}
+        arrays = [a for a in arrays if a.name in wanted or (a.is_coord and (a.name.rpartition("/")[0], a.dims[0]) in chosen)]
+        skipped = [s for s in skipped if s.get("variable") in wanted]
 
     codecs = compressor_codecs(compressor)
     compressor_codecs(INTERMEDIATE_COMPRESSOR)
     target_bytes = int(target_chunk_mb * 10**6)
     source_concurrency = 1 if kind == "hdf5" else planner.MAX_IO_CONCURRENCY
     plan_vars: dict[str, dict] = {}
-    skipped = []
     units: list[dict] = []
     for array in arrays:
-        if array.dtype.kind not in CORE_KINDS:
-            reason = f"data type {array.dtype} has no Zarr v3 core data type (strings/objects are not in the spec)"
-            log.warning("skipping variable %s: %s", array.name, reason)
-            skipped.append({"variable": array.name, "reason": reason})
-            continue
         target = _target_chunks(array, chunks, target_bytes)
         shard_shape = _target_shards(array, shards, target)
         spec = planner.ArraySpec(
             name=array.name,
             shape=array.shape,
-            itemsize=array.dtype.itemsize,
+            itemsize=STRING_ITEMSIZE if array.kind == "string" else array.dtype.itemsize,
             source_chunks=tuple(min(max(1, c), max(1, n)) for c, n in zip(array.chunks, array.shape)),
             target_chunks=target,
             target_shards=shard_shape,
@@ -500,25 +730,36 @@ def plan_rechunk(
         except planner.PlanError as error:
             raise UserError(f"--max-mem {max_mem} B (planned as {int(max_mem / MEMORY_MODEL_HEADROOM)} B after headroom): {error}") from None
         attrs = dict(array.attrs)
-        fill = attrs.get("_FillValue")
-        if fill is not None:
-            fill_value = np.asarray(fill, dtype=array.dtype).reshape(-1)[0].item()
-        else:
-            fill_value = float("nan") if array.dtype.kind in "fc" else 0
+        fill_value = _fill_value(array)
+        zarr_dtype = str if array.kind == "string" else array.dtype
         metadata = _array_metadata(
-            array.name, array.shape, array.dtype, target, shard_shape, codecs, fill_value,
-            _json_attrs(attrs, array.dtype), array.dims,
+            array.name, array.shape, zarr_dtype, target, shard_shape, codecs, fill_value,
+            _json_attrs(attrs, array.dtype, owner=array.name, skipped=skipped), array.dims,
         )
         intermediate = None
         if array_plan.intermediate_chunks is not None:
             intermediate = _array_metadata(
-                array.name, array.shape, array.dtype, array_plan.intermediate_chunks, None,
+                array.name, array.shape, zarr_dtype, array_plan.intermediate_chunks, None,
                 compressor_codecs(INTERMEDIATE_COMPRESSOR), fill_value, {}, array.dims,
             )
+        notes = []
+        if array.kind != "numeric":
+            notes.append(STRING_KINDS[array.kind])
+        if array.dtype.kind in "iu" and ("scale_factor" in attrs or "add_offset" in attrs):
+            types = ", ".join(f"{k} {np.asarray(attrs[k]).dtype}" for k in ("scale_factor", "add_offset") if k in attrs)
+            notes.append(f"packed: kept as stored ({array.dtype}) with its packing attributes ({types}); Zarr "
+                         "attributes are JSON numbers, so xarray unpacks to float64 where the source's float32 "
+                         "attributes give float32")
+        if array.stored_shape is not None:
+            notes.append(f"stored as {list(array.stored_shape)} in the source, shorter than its unlimited "
+                         f"dimension(s): the rest is the fill value, as netCDF reads it")
         plan_vars[array.name] = {
             "dims": list(array.dims),
             "shape": list(array.shape),
             "dtype": array.dtype.str,
+            "kind": array.kind,
+            "stored_shape": list(array.stored_shape) if array.stored_shape is not None else None,
+            "notes": notes,
             "source_chunks": list(spec.source_chunks),
             "chunks": list(target),
             "shards": list(shard_shape) if shard_shape else None,
@@ -530,6 +771,8 @@ def plan_rechunk(
         units.extend(array_plan.units)
     if not plan_vars:
         raise BadInputFile(src, "holds no variable that Zarr v3 can store: " + "; ".join(s["reason"] for s in skipped))
+    for item in skipped:
+        log.warning("not copied: %s", ", ".join(f"{k} {v}" for k, v in item.items()))
     units.sort(key=lambda u: u["stage"])  # stable: variables keep their order within a stage
     for k, unit in enumerate(units):
         unit["id"] = k
@@ -542,7 +785,10 @@ def plan_rechunk(
         "max_mem": max_mem,
         "stages": 1 + max((u["stage"] for u in units), default=0),
         "peak_unit_memory": max((s["unit_memory"] for v in plan_vars.values() for s in v["stages"]), default=0),
-        "group_attributes": _json_attrs(global_attrs),
+        "group_attributes": _json_attrs(description["groups"][""], owner="/", skipped=skipped),
+        "groups": {path: _json_attrs(attrs, owner=path, skipped=skipped)
+                   for path, attrs in description["groups"].items() if path
+                   if not variables or any(name.startswith(path + "/") for name in plan_vars)},
         "variables": plan_vars,
         "skipped": skipped,
         "units": units,
@@ -621,6 +867,7 @@ class DirectChunkCodec:
         return (
             metadata["chunk_grid"]["name"] == "regular"
             and metadata["chunk_key_encoding"]["name"] == "default"
+            and isinstance(metadata["data_type"], str)
             and metadata["data_type"] in _ZARR_DTYPES
             and bool(codecs)
             and codecs[0]["name"] == "bytes"
@@ -834,7 +1081,8 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
                 "skipped": True}
     ran_earlier, caught_up_bytes = _catch_up(plan, unit, dst_store, _source_cache)
     region = tuple(slice(a, b) for a, b in zip(unit["start"], unit["stop"]))
-    dtype = np.dtype(var["dtype"])
+    kind = var.get("kind", "numeric")
+    dtype = np.dtype(object) if kind == "string" else np.dtype(var["dtype"])
 
     # Read: one region, decoded chunk by chunk by the reader.
     with zarr.config.set({"async.concurrency": stage["read_concurrency"]}):
@@ -851,8 +1099,7 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
             handle = cache.get("hdf5")
             if handle is None:
                 handle = cache["hdf5"] = _open_hdf5(plan["source"])
-            dataset = handle[unit["variable"]]
-            data = dataset[region] if region else dataset[()]
+            data = _read_hdf5_region(handle[unit["variable"]], unit["start"], unit["stop"], var)
             if _source_cache is None:
                 handle.close()
     data = np.asarray(data, dtype=dtype)
@@ -865,7 +1112,11 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
     if DirectChunkCodec.supports(metadata):
         DirectChunkCodec(metadata).write_region(dst_store, path, unit["start"], data, stage["write_concurrency"])
     else:
-        writer = _open_writer(dst_store, path, metadata)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have a Zarr V3 specification.*")
+            writer = _open_writer(dst_store, path, metadata)
         with zarr.config.set({"async.concurrency": stage["write_concurrency"]}):
             if region:
                 writer[region] = data
@@ -876,6 +1127,31 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
     _store_set(dst_store, _done_key(k), json.dumps(unit).encode())
     return {"unit": k, "bytes": nbytes + caught_up_bytes, "seconds": round(time.perf_counter() - started, 6),
             "ran_earlier": ran_earlier, "skipped": False}
+
+
+def _read_hdf5_region(dataset, start, stop, var: dict) -> np.ndarray:
+    """[start, stop) of an HDF5 dataset as the plan sees it: strings decoded, and a
+    dataset shorter than its unlimited dimension read as netCDF does (the fill value beyond its end)."""
+    kind = var.get("kind", "numeric")
+    source = dataset.asstr() if kind == "string" else dataset
+    if not start:
+        return np.asarray(source[()])
+    stored = var.get("stored_shape") or var["shape"]
+    inside = [min(b, n) for b, n in zip(stop, stored)]
+    if all(b == c for b, c in zip(stop, inside)):
+        return source[tuple(slice(a, b) for a, b in zip(start, stop))]
+    fill = _fill_from_metadata(var["metadata"], kind)
+    out = np.full([b - a for a, b in zip(start, stop)], fill, dtype=object if kind == "string" else np.dtype(var["dtype"]))
+    if all(a < c for a, c in zip(start, inside)):
+        out[tuple(slice(0, c - a) for a, c in zip(start, inside))] = source[tuple(slice(a, c) for a, c in zip(start, inside))]
+    return out
+
+
+def _fill_from_metadata(metadata: dict, kind: str):
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    fill = ArrayV3Metadata.from_dict(metadata).fill_value
+    return str(fill) if kind == "string" else fill
 
 
 def finalize(plan: dict) -> dict:
@@ -895,6 +1171,8 @@ def finalize(plan: dict) -> dict:
     # Build the whole hierarchy's metadata in memory and let zarr consolidate it.
     memory = MemoryStore()
     zarr.create_group(memory, attributes=plan["group_attributes"], zarr_format=3)
+    for path, attrs in plan.get("groups", {}).items():  # parents come before their children
+        zarr.create_group(memory, path=path, attributes=attrs, zarr_format=3)
     for name, var in plan["variables"].items():
         _store_set(memory, f"{name}/zarr.json", json.dumps(var["metadata"]).encode())
     import warnings
@@ -905,6 +1183,8 @@ def finalize(plan: dict) -> dict:
         zarr.consolidate_metadata(memory, zarr_format=3)
     for name in plan["variables"]:
         _store_set(store, f"{name}/zarr.json", _store_get(memory, f"{name}/zarr.json"))
+    for path in plan.get("groups", {}):
+        _store_set(store, f"{path}/zarr.json", _store_get(memory, f"{path}/zarr.json"))
     _store_delete_dir(store, f"{STAGING}/intermediate")
     _store_set(store, "zarr.json", _store_get(memory, "zarr.json"))
     _store_delete_dir(store, STAGING)
