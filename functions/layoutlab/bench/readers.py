@@ -20,14 +20,21 @@ Readers (``READERS``):
                      explicit 1 MiB chunk cache
   h5py-ros3          HDF5's own S3 driver (only when h5py was built with it; see README)
   xarray-h5netcdf    xarray.open_dataset(engine="h5netcdf") on an s3fs file (defaults)
-  zarr-obstore       zarr 3 with obstore's S3Store (one GET per chunk, async)
+  zarr-obstore       zarr 3 with obstore's S3Store (one GET per chunk, async); zarr's shard
+                     coalescing at its defaults (1 MiB gap, 16 MiB cap)
+  zarr-obstore-nocoalesce  the same with shard coalescing off (every inner chunk its own GET)
   zarr-fsspec        zarr 3 with FsspecStore on s3fs (async)
+  kerchunk-fsspec    kerchunk references (JSON) through fsspec's ReferenceFileSystem on s3fs,
+                     opened by zarr 3 (counted at s3fs: the references and every chunk)
+  icechunk           an Icechunk repository through zarr 3 (Rust I/O: no client hook,
+                     ``counts_requests = False``; the local proxy counts it)
+  h5coro             SlideRule's h5coro with its S3 driver (boto3, counted by botocore events)
 """
 
 from __future__ import annotations
 
 import abc
-
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -168,7 +175,9 @@ class XarrayHandle(Handle):
     def listing(self):
         import xarray as xr
 
-        tree = xr.open_datatree(self.root, engine="h5netcdf", phony_dims="access", decode_times=False)
+        options = getattr(self, "_listing_options", None)
+        extra = {"storage_options": options} if options is not None else {}
+        tree = xr.open_datatree(self.root, engine="h5netcdf", phony_dims="access", decode_times=False, **extra)
         self.closers.append(tree.close)
         counts = {"objects": 0, "arrays": 0, "attributes": 0}
         for node in tree.subtree:
@@ -319,35 +328,64 @@ class XarrayH5netcdf(Reader):
     name = "xarray-h5netcdf"
     kind = "hdf5"
     modules = ("h5py", "s3fs", "h5netcdf", "xarray")
-    description = "xarray.open_dataset(engine='h5netcdf') on an s3fs file, defaults"
+    description = "xarray.open_dataset(url, engine='h5netcdf'): xarray opens the s3:// URL itself (its defaults)"
 
     @property
     def settings(self):
-        return {"library": "xarray+h5netcdf+s3fs", "cache_type": S3FS_DEFAULT_CACHE,
-                "block_size": S3FS_DEFAULT_BLOCK_SIZE, "page_buf_size": 0, "rdcc_nbytes": "library default",
-                "chunks": None, "concurrency": 1}
+        return {"library": "xarray+h5netcdf+s3fs", "opened_by": "xarray (URL + storage_options)",
+                "page_buf_size": 0, "rdcc_nbytes": "library default", "chunks": None, "concurrency": 1}
 
     def open(self, url):
         import h5py
         import xarray as xr
 
-        fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
-                                     session=accounting.aiobotocore_session(self.requests))
-        fileobj = fs.open(url, "rb")
-        try:
-            h5py.File(fileobj, "r").close()  # fail early and clearly on non-HDF5 input
-        except OSError as error:
-            fileobj.close()
-            raise UserError(f"{url}: not readable as HDF5/NetCDF-4 ({error})") from error
+        probe = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
+                                        session=accounting.aiobotocore_session(self.requests))
+        # the options xarray hands to fsspec: the same endpoint and counting session as every reader
+        options = {"skip_instance_cache": True, "session": probe.session,
+                   "client_kwargs": dict(probe.client_kwargs)}
+        if probe.version_aware:
+            options["version_aware"] = True
+        opened: list = []
 
         def opener(group):
-            return xr.open_dataset(fileobj, engine="h5netcdf", group=group, phony_dims="access",
-                                   decode_times=False, chunks=None)
+            ds = xr.open_dataset(url, engine="h5netcdf", group=group, phony_dims="access", decode_times=False,
+                                 chunks=None, storage_options=options)
+            opened.append(ds)
+            return ds
 
+        try:
+            first = opener(None)
+        except (OSError, ValueError) as error:
+            raise UserError(f"{url}: not readable as HDF5/NetCDF-4 through xarray ({error})") from error
         import xarray
 
-        settings = {**self.settings, "xarray": xarray.__version__, **_h5py_version_settings()}
-        return XarrayHandle("hdf5", fileobj, settings, [fileobj.close], opener)
+        settings = {**self.settings, "xarray": xarray.__version__, **_h5py_version_settings(),
+                    **_xarray_file_cache(first)}
+        handle = XarrayHandle("hdf5", url, settings, [], opener)
+        handle._groups[""] = first
+        handle.closers.append(first.close)
+        handle._listing_options = options
+        return handle
+
+
+def _xarray_file_cache(ds) -> dict:
+    """The fsspec cache xarray picked for the file it opened (its default since 2026.3: 4 MiB blocks)."""
+    for candidate in gc_referrers_files(ds):
+        cache = getattr(candidate, "cache", None)
+        if cache is not None:
+            return {"cache_type": type(cache).__name__, "block_size": int(candidate.blocksize),
+                    "cache_seen": "on the file object xarray opened"}
+    return {"cache_type": "unknown", "cache_seen": "xarray's file object not found"}
+
+
+def gc_referrers_files(ds) -> list:
+    """The open fsspec files of s3fs (xarray keeps its file object only inside its file manager)."""
+    import gc
+
+    from fsspec.spec import AbstractBufferedFile
+
+    return [o for o in gc.get_objects() if isinstance(o, AbstractBufferedFile) and not o.closed]
 
 
 class ZarrObstore(Reader):
@@ -361,7 +399,7 @@ class ZarrObstore(Reader):
         import zarr
 
         return {"library": "zarr+obstore", "concurrency": int(zarr.config.get("async.concurrency")),
-                "zarr_format": 3}
+                "zarr_format": 3, **_coalescing(zarr)}
 
     def _store(self, loc):
         """(store, closers)"""
@@ -408,7 +446,247 @@ class ZarrFsspec(ZarrObstore):
         return FsspecStore(fs, read_only=True, path=f"{loc.bucket}/{loc.key.rstrip('/')}"), [close_session]
 
 
-READERS = {r.name: r for r in (H5pyS3fsDefault, H5pyS3fsAligned, H5pyRos3, XarrayH5netcdf, ZarrObstore, ZarrFsspec)}
+class ZarrObstoreNoCoalesce(ZarrObstore):
+    name = "zarr-obstore-nocoalesce"
+    description = "zarr 3 + obstore S3Store, shard coalescing off (one GET per inner chunk)"
+    coalesce = False
+
+    @property
+    def settings(self):
+        import zarr
+
+        return {**super().settings, **_coalescing(zarr)}
+
+    def open(self, url):
+        import zarr
+
+        # the case runs in a process of its own: a process-wide setting is this case's setting
+        zarr.config.set({"array.sharding_coalesce_max_gap_bytes": -1, "array.sharding_coalesce_max_bytes": 0})
+        return super().open(url)
+
+
+def _coalescing(zarr) -> dict:
+    gap = int(zarr.config.get("array.sharding_coalesce_max_gap_bytes"))
+    cap = int(zarr.config.get("array.sharding_coalesce_max_bytes"))
+    return {"sharding_coalesce_max_gap_bytes": gap, "sharding_coalesce_max_bytes": cap,
+            "sharding_coalescing": gap >= 0 and cap > 0}
+
+
+class KerchunkFsspec(Reader):
+    name = "kerchunk-fsspec"
+    kind = "kerchunk"
+    modules = ("zarr", "zarr.storage", "s3fs", "fsspec.implementations.reference", "ujson")
+    description = "kerchunk references (JSON) through fsspec's ReferenceFileSystem on s3fs, read by zarr 3"
+
+    @property
+    def settings(self):
+        return {"library": "zarr+fsspec ReferenceFileSystem(s3fs)", "references": "json",
+                "cache_type": "none (ranged GET per referenced chunk)", "concurrency": "fsspec batch (async)"}
+
+    def open(self, url):
+        import fsspec
+        import zarr
+        from fsspec.implementations.reference import ReferenceFileSystem
+        from zarr.storage import FsspecStore
+
+        session = accounting.aiobotocore_session(self.requests)
+        sync_fs = storage.s3fs_filesystem(skip_instance_cache=True, session=session)
+        try:
+            refs = json.loads(sync_fs.cat_file(url))
+        except (FileNotFoundError, ValueError) as error:
+            raise UserError(f"{url}: no kerchunk references ({type(error).__name__}: {error})") from error
+        # chunks of an original pinned to a version say so in their URL (?versionId=): version-aware
+        remote = storage.s3fs_filesystem(asynchronous=True, skip_instance_cache=True, session=session,
+                                         version_aware=True)
+        fs = ReferenceFileSystem(refs, fs={"s3": remote}, remote_protocol="s3", asynchronous=True)
+
+        def close_session():
+            creator = getattr(remote, "_s3creator", None)
+            if creator is not None:
+                from zarr.core.sync import sync
+
+                sync(creator.__aexit__(None, None, None))
+
+        try:
+            group = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        except (FileNotFoundError, KeyError, ValueError) as error:
+            close_session()
+            raise UserError(f"{url}: references do not open as a Zarr v3 group ({error})") from error
+        settings = {**self.settings, "zarr": zarr.__version__, "fsspec": fsspec.__version__,
+                    "references_bytes": sum(len(str(v)) for v in refs.get("refs", {}).values())}
+        return ZarrHandle("zarr", group, settings, [close_session])
+
+
+class IcechunkReader(Reader):
+    name = "icechunk"
+    kind = "icechunk"
+    modules = ("zarr", "icechunk")
+    description = "an Icechunk repository (branch main) through zarr 3"
+    counts_requests = False  # icechunk sends its requests from Rust: no hook; the local proxy counts them
+
+    @property
+    def settings(self):
+        import icechunk
+
+        config = icechunk.RepositoryConfig.default()
+        return {"library": "icechunk+zarr", "branch": "main",
+                "max_concurrent_requests": config.max_concurrent_requests,
+                "get_partial_values_concurrency": config.get_partial_values_concurrency, "concurrency": "icechunk"}
+
+    def open(self, url):
+        import icechunk
+        import zarr
+
+        from layoutlab.convert.virtual import open_icechunk_repository
+
+        loc = storage.S3Location.parse(url)
+        buckets = tuple(self.options.get("virtual_buckets") or ())
+        try:
+            repo = open_icechunk_repository(url, buckets)
+            if not buckets:  # authorize what the repository's containers name (the original's bucket)
+                containers = [c.url_prefix for c in repo.config.virtual_chunk_containers.values()] \
+                    if repo.config.virtual_chunk_containers else []
+                names = tuple(storage.S3Location.parse(p).bucket for p in containers if p.startswith("s3://"))
+                if names:
+                    repo = open_icechunk_repository(url, names)
+            session = repo.readonly_session("main")
+            group = zarr.open_group(session.store, mode="r", zarr_format=3)
+        except (icechunk.IcechunkError, FileNotFoundError, ValueError) as error:
+            raise UserError(f"{url}: not an Icechunk repository ({type(error).__name__}: {error})") from error
+        settings = {**self.settings, "icechunk": icechunk.__version__, "zarr": zarr.__version__,
+                    "snapshot": session.snapshot_id, "bucket": loc.bucket}
+        return ZarrHandle("zarr", group, settings, [])
+
+
+class _H5coroArray:
+    """Slicing of one h5coro dataset: rows along axis 0 through a hyperslice, the rest in numpy."""
+
+    def __init__(self, h5obj, path):
+        self._h5 = h5obj
+        self.path = "/" + path.strip("/")
+        promise = h5obj.readDatasets([{"dataset": self.path, "hyperslice": []}], metaOnly=True)
+        meta = promise.datasets[self.path].meta
+        if meta is None or meta.type is None:
+            raise KeyError(f"{path} is not a dataset")
+        self.shape = tuple(int(n) for n in meta.dimensions)
+        probe = self._read([(0, min(1, self.shape[0]))] if self.shape else [])
+        self.dtype = np.asarray(probe).dtype
+
+    def _read(self, hyperslice):
+        promise = self._h5.readDatasets([{"dataset": self.path, "hyperslice": hyperslice}], block=True)
+        return np.asarray(promise[self.path])
+
+    def __getitem__(self, index):
+        if not isinstance(index, tuple):
+            index = (index,)
+        if not self.shape:
+            return self._read([])[index] if index else self._read([])
+        first = index[0] if index else slice(None)
+        if isinstance(first, slice) and first.step in (None, 1):
+            start, stop, _ = first.indices(self.shape[0])
+            rows = self._read([(start, max(start, stop))] + [(0, n) for n in self.shape[1:]])
+            return rows[(slice(None),) + tuple(index[1:])]
+        if isinstance(first, (int, np.integer)):
+            i = int(first) % self.shape[0]
+            rows = self._read([(i, i + 1)] + [(0, n) for n in self.shape[1:]])
+            return rows[(0,) + tuple(index[1:])]
+        return self._read([])[index]
+
+
+class H5coroHandle(Handle):
+    def array(self, path):
+        return _H5coroArray(self.root, path)
+
+    def attrs(self):
+        _links, attributes, _meta = self.root.inspectPath("/")
+        return {k: (v.item() if isinstance(v, np.ndarray) and v.size == 1 else v) for k, v in attributes.items()}
+
+    def listing(self):
+        counts = {"objects": 0, "arrays": 0, "attributes": 0}
+
+        def walk(path):
+            variables, attributes, groups = self.root.list(path)
+            counts["attributes"] += len(attributes)
+            for name, attrs in variables.items():
+                counts["objects"] += 1
+                counts["arrays"] += 1
+                counts["attributes"] += len(attrs) - 1  # '__metadata__'
+            for name in groups:
+                counts["objects"] += 1
+                walk(f"{path.rstrip('/')}/{name}")
+
+        walk("/")
+        return counts
+
+
+class H5coroReader(Reader):
+    name = "h5coro"
+    kind = "hdf5"
+    modules = ("h5coro", "h5coro.s3driver", "boto3")
+    description = "SlideRule's h5coro with its S3 driver (boto3; cache lines, no libhdf5)"
+
+    @property
+    def settings(self):
+        from h5coro import h5coro as core
+
+        return {"library": "h5coro", "cache_line_size": int(self.options.get("cache_line_size",
+                                                                              core.CACHE_LINE_SIZE_DEFAULT)),
+                "max_connections": 100, "concurrency": "threads per dataset"}
+
+    def open(self, url):
+        import boto3
+        import h5coro
+        from h5coro import h5coro as core
+        from h5coro.s3driver import S3Driver
+
+        loc = storage.S3Location.parse(url)
+        counter = self.requests
+        counter.method = counter.method or accounting.BOTOCORE_METHOD
+        endpoint = storage.s3_endpoint_url()
+        version_id = loc.version_id
+
+        class CountingS3Driver(S3Driver):
+            """h5coro's boto3 driver on a counting session, the configured endpoint, one object version."""
+
+            def create_session(self, credentials):
+                session = boto3.Session(region_name=storage.aws_region())
+                accounting.count_botocore(session.events, counter)
+                return session
+
+            def __init__(self, resource, credentials, session=None, max_connections=None):
+                super().__init__(resource, credentials, session, max_connections)
+                if endpoint:  # h5coro's client leaves the endpoint to boto3's env; name it explicitly
+                    self.client = self.session.client("s3", endpoint_url=endpoint, config=self.client.meta.config)
+
+            def read(self, offset, size):
+                if not version_id:
+                    return super().read(offset, size)
+                response = self.client.get_object(Bucket=self.bucket_name, Key=self.key, VersionId=version_id,
+                                                  Range=f"bytes={offset}-{offset + size - 1}")
+                return response["Body"].read()
+
+        settings = self.settings
+        try:
+            h5obj = core.H5Coro(f"{loc.bucket}/{loc.key}", CountingS3Driver, credentials={},
+                                cacheLineSize=settings["cache_line_size"], errorChecking=True)
+        except Exception as error:  # h5coro raises its own FatalError/RuntimeError on non-HDF5 input
+            raise UserError(f"{url}: not readable by h5coro ({type(error).__name__}: {error})") from error
+        settings = {**settings, "h5coro": getattr(h5coro, "__version__", None) or _dist_version("h5coro"),
+                    "version_id": version_id}
+        return H5coroHandle("hdf5", h5obj, settings, [h5obj.close])
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+READERS = {r.name: r for r in (H5pyS3fsDefault, H5pyS3fsAligned, H5pyRos3, XarrayH5netcdf, ZarrObstore,
+                               ZarrObstoreNoCoalesce, ZarrFsspec, KerchunkFsspec, IcechunkReader, H5coroReader)}
 
 
 def make_reader(name: str, options: dict | None = None, variant: str | None = None) -> Reader:

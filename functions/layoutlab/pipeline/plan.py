@@ -30,9 +30,21 @@ GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "
                  "full-read-throughput", "slab-read")
 GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
 PATTERNS = GRID_PATTERNS + GRANULE_PATTERNS
-HDF5_READERS = ("h5py-s3fs-default", "h5py-s3fs-aligned", "xarray-h5netcdf", "h5py-ros3")
-ZARR_READERS = ("zarr-obstore", "zarr-fsspec")
-VARIANT_KINDS = ("original", "repack-paged", "rechunked-paged", "rechunk-zarr")
+HDF5_READERS = ("h5py-s3fs-default", "h5py-s3fs-aligned", "xarray-h5netcdf", "h5py-ros3", "h5coro")
+ZARR_READERS = ("zarr-obstore", "zarr-obstore-nocoalesce", "zarr-fsspec")
+KERCHUNK_READERS = ("kerchunk-fsspec",)
+ICECHUNK_READERS = ("icechunk",)
+# the readers of each variant format (a variant's "format" picks its readers in expand_cases)
+READERS_BY_FORMAT = {"hdf5": HDF5_READERS, "zarr": ZARR_READERS, "kerchunk": KERCHUNK_READERS,
+                     "icechunk": ICECHUNK_READERS}
+ALL_READERS = tuple(r for readers in READERS_BY_FORMAT.values() for r in readers)
+# virtual-kerchunk: references over the original and/or each paged variant (no chunk data copied);
+# icechunk-virtual: an Icechunk repository of virtual chunks pinned to the original's ETag;
+# icechunk: native Icechunk, rechunked like rechunk-zarr (grid only), sharded optionally.
+VARIANT_KINDS = ("original", "repack-paged", "rechunked-paged", "rechunk-zarr", "virtual-kerchunk",
+                 "icechunk-virtual", "icechunk")
+KERCHUNK_OVER = ("original", "paged", "all")
+REFERENCE_FORMATS = ("json",)  # Parquet needs fastparquet, which the layer does not carry
 DATASET_KINDS = ("grid", "granule")
 CHUNK_PRESETS = ("timeseries", "map", "balanced")
 
@@ -97,7 +109,25 @@ def validate_plan(plan: dict) -> None:
                 fail(f"variants[{i}].page_size: {error}")
             if page < 4096 or page & (page - 1):
                 fail(f"variants[{i}].page_size must be a power of two >= 4KiB, got {variant.get('page_size')}")
-        if kind == "rechunk-zarr":
+        if kind == "virtual-kerchunk":
+            if variant.get("over", "all") not in KERCHUNK_OVER:
+                fail(f"variants[{i}].over must be one of {', '.join(KERCHUNK_OVER)}, got {variant.get('over')!r}")
+            if variant.get("references", "json") not in REFERENCE_FORMATS:
+                fail(f"variants[{i}].references {variant.get('references')!r}: only json is supported "
+                     "(kerchunk Parquet needs fastparquet, which is not in the Lambda layer)")
+        if kind in ("rechunk-zarr", "icechunk"):
+            shards = variant.get("shards")
+            if shards is not None and not (
+                    (isinstance(shards, dict) and shards and all(isinstance(v, int) and v > 0 for v in shards.values()))
+                    or (isinstance(shards, list) and shards and all(isinstance(c, int) and c > 0 for c in shards))):
+                fail(f"variants[{i}].shards must be a {{dimension: size}} object (whole multiples of the chunks) "
+                     "or a list of positive factors, one per dimension (shard = chunk x factor)")
+            if "target_chunk_bytes" in variant:
+                try:
+                    parse_size(variant["target_chunk_bytes"])
+                except ValueError as error:
+                    fail(f"variants[{i}].target_chunk_bytes: {error}")
+        if kind in ("rechunk-zarr", "icechunk"):
             chunks = variant.get("chunks")
             if not (chunks in CHUNK_PRESETS or (isinstance(chunks, dict) and chunks)
                     or (isinstance(chunks, list) and all(isinstance(c, int) and c > 0 for c in chunks))):
@@ -108,7 +138,7 @@ def validate_plan(plan: dict) -> None:
                     parse_size(variant["max_mem"])
                 except ValueError as error:
                     fail(f"variants[{i}].max_mem: {error}")
-    for key, known in (("patterns", PATTERNS), ("readers", HDF5_READERS + ZARR_READERS)):
+    for key, known in (("patterns", PATTERNS), ("readers", ALL_READERS)):
         value = plan.get(key)
         groups = value.values() if isinstance(value, dict) else [value]
         for group in groups:
@@ -192,8 +222,13 @@ class DatasetFacts:
 
 
 def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
-    """The variants this dataset gets, each with its resolved ``name``."""
-    specs = []
+    """The variants this dataset gets, each with its resolved ``name``.
+
+    References over a paged variant (``virtual-kerchunk`` with ``over`` paged/all) are
+    named ``kerchunk-<paged name>`` and carry ``over: <paged name>``: the convert task of
+    that paged variant builds them once it has published it.
+    """
+    specs, deferred = [], []
     for variant in plan["variants"]:
         applies_to = variant.get("applies_to")
         if applies_to and applies_to != facts.kind:
@@ -207,7 +242,15 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
             spec["page_size"] = page
             prefix = "paged" if kind == "repack-paged" else "rechunked-paged"
             spec["name"], spec["format"] = f"{prefix}-{size_label(page)}", "hdf5"
-        else:  # rechunk-zarr needs a grid
+        elif kind == "virtual-kerchunk":
+            if spec.get("over", "all") in ("original", "all"):
+                specs.append({**spec, "name": "kerchunk-original", "format": "kerchunk", "over": "original"})
+            if spec.get("over", "all") in ("paged", "all"):
+                deferred.append(spec)  # over each paged variant, once all of them are named
+            continue
+        elif kind == "icechunk-virtual":
+            spec["name"], spec["format"] = "icechunk-virtual", "icechunk"
+        else:  # rechunk-zarr and icechunk need a grid
             if facts.kind != "grid" or not facts.grid_shape:
                 continue
             chunks = spec["chunks"]
@@ -218,10 +261,18 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
                 chunks = tuple(int(chunks.get(d, n)) for d, n in zip(facts.dims, facts.grid_shape))
             chunks = tuple(min(int(c), n) for c, n in zip(chunks, facts.grid_shape))
             spec["chunks"] = dict(zip(facts.dims, chunks))
+            if isinstance(spec.get("shards"), list):  # factors: shard = chunk x factor, within the axis
+                factors = list(spec["shards"]) + [1] * (3 - len(spec["shards"]))
+                spec["shards"] = {d: c * max(1, min(int(f), n // c))
+                                  for d, c, n, f in zip(facts.dims, chunks, facts.grid_shape, factors)}
             label = "x".join(str(c) for c in chunks)
-            spec["name"] = f"zarr-sharded-{label}" if spec.get("shards") else f"zarr-{label}"
-            spec["format"] = "zarr"
+            base = "zarr" if kind == "rechunk-zarr" else "icechunk"
+            spec["name"] = f"{base}-sharded-{label}" if spec.get("shards") else f"{base}-{label}"
+            spec["format"] = "zarr" if kind == "rechunk-zarr" else "icechunk"
         specs.append(spec)
+    for spec in deferred:
+        for paged in [s for s in specs if s["kind"] in ("repack-paged", "rechunked-paged")]:
+            specs.append({**spec, "name": f"kerchunk-{paged['name']}", "format": "kerchunk", "over": paged["name"]})
     names = [s["name"] for s in specs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -256,7 +307,7 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
     for repetition in range(plan.get("repetitions", 1)):
         for variant in variants:
             readers = _for_kind(plan["readers"], variant["format"])
-            known = HDF5_READERS if variant["format"] == "hdf5" else ZARR_READERS
+            known = READERS_BY_FORMAT.get(variant["format"], ())
             for pattern in patterns:
                 for reader in (r for r in readers if r in known):
                     for platform in plan["platforms"]:

@@ -75,7 +75,7 @@ def resolve_platforms(requested: list[str], available: dict) -> tuple[list[str],
 def variant_uri(outputs_bucket: str, dataset_id: str, spec: dict, source_url: str) -> str:
     if spec["kind"] == "original":
         return source_url
-    suffix = ".zarr" if spec["format"] == "zarr" else ".h5"
+    suffix = {"zarr": ".zarr", "kerchunk": ".json", "icechunk": ".icechunk"}.get(spec["format"], ".h5")
     return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{suffix}"
 
 
@@ -103,10 +103,19 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     convert_on = "fargate" if size > settings.fargate_convert_above_bytes else "lambda"
     fan_out_above = int(plan.get("fan_out_above_bytes", settings.work_units_above_bytes))
     convert_tasks, publish_tasks, work_units, produced = [], [], [], []
+    specs = [{**spec, "uri": variant_uri(settings.outputs_bucket, dataset_id, spec, source_url)} for spec in specs]
+    # References over a paged variant are built by that variant's own convert task, after it published it
+    derived = {}
     for spec in specs:
-        spec = {**spec, "uri": variant_uri(settings.outputs_bucket, dataset_id, spec, source_url)}
+        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
+            derived.setdefault(spec["over"], []).append(spec)
+    for spec in specs:
         produced.append(spec)
+        if spec["name"] in derived:
+            spec = {**spec, "derived": derived[spec["name"]]}
         base = {"dataset_id": dataset_id, "source": source, "variant": spec}
+        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
+            continue
         if spec["kind"] == "original":
             store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")

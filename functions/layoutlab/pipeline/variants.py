@@ -73,12 +73,48 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         finalize(load_plan(spec["uri"]))
         # the work units' own times (summed over parallel tasks) are the conversion's compute time
         detail = store.unit_work(dataset_id, spec["name"])
+    elif spec["kind"] in VIRTUAL_KINDS:
+        try:
+            detail = _virtual(task, s3)
+        except BadInputFile as error:  # this variant fails; the others go on
+            return _record_failure(store, task, str(error), started)
+    elif spec["kind"] == "icechunk":
+        detail = _icechunk_native(task, s3, memory_mb)
     elif spec["format"] == "hdf5":
         detail = _repack(task, s3)
     else:
         detail = _rechunk(task, s3, memory_mb)
+    done = _record_ready(task, s3, store, detail, started)
+    for derived in spec.get("derived") or ():  # references over the variant just published
+        sub = {**task, "variant": derived, "over_uri": spec["uri"]}
+        sub_started = time.perf_counter()
+        try:
+            _record_ready(sub, s3, store, _virtual(sub, s3), sub_started)
+        except BadInputFile as error:
+            _record_failure(store, sub, str(error), sub_started)
+    return done
+
+
+# Variant kinds that reference the original (or a paged variant) instead of copying its chunks.
+VIRTUAL_KINDS = ("virtual-kerchunk", "icechunk-virtual")
+
+
+def _record_failure(store, task: dict, reason: str, started: float) -> dict:
+    """A FAILURE item and a FAILURE variant record for one variant; the run and other variants go on."""
+    spec = task["variant"]
+    store.put_failure(task["dataset_id"], "convert", spec["name"], reason, variant=spec["name"],
+                      variant_kind=spec["kind"])
+    store.put_variant(task["dataset_id"], spec["name"], uri=spec["uri"], format=spec["format"],
+                      variant_kind=spec["kind"], status="FAILURE", reason=reason,
+                      convert_s=time.perf_counter() - started, spec=spec)
+    return {"variant": spec["name"], "status": "FAILURE", "reason": reason}
+
+
+def _record_ready(task: dict, s3, store, detail: dict, started: float) -> dict:
+    spec = task["variant"]
+    dataset_id = task["dataset_id"]
     target = S3Location.parse(spec["uri"])
-    size = _prefix_size(s3, target.bucket, target.key + ("/" if spec["format"] == "zarr" else ""))
+    size = _prefix_size(s3, target.bucket, target.key + ("/" if spec["format"] in ("zarr", "icechunk") else ""))
     source_size = int(task["source"].get("size") or 0)
     item = {
         "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
@@ -91,6 +127,50 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
     }
     store.put_variant(dataset_id, spec["name"], **item)
     return {"variant": spec["name"], "size_bytes": size, "convert_s": item["convert_s"]}
+
+
+def _virtual(task: dict, s3) -> dict:
+    """References over the original (or over the paged variant ``over_uri``): kerchunk JSON or Icechunk virtual.
+
+    The file is read from local scratch (its metadata and, for inlined variables, their values);
+    the references name the object in S3 (the original pinned to its version in kerchunk's URLs,
+    to its ETag in Icechunk's checksums). No chunk data is copied.
+    """
+    from layoutlab import storage
+    from layoutlab.convert import virtual
+
+    spec = task["variant"]
+    if task.get("over_uri"):
+        over = S3Location.parse(task["over_uri"])
+        source = {"bucket": over.bucket, "key": over.key}
+    else:
+        source = task["source"]
+    head = s3.head_object(Bucket=source["bucket"], Key=source["key"],
+                          **({"VersionId": source["version_id"]} if source.get("version_id") else {}))
+    url = storage.versioned_url(source["bucket"], source["key"], source.get("version_id"))
+    with tempfile.TemporaryDirectory(prefix="layoutlab-virtual-") as scratch:
+        local = _download(s3, source, scratch)
+        started = time.perf_counter()
+        layout = virtual.build_layout(str(local), url)
+        parse_s = time.perf_counter() - started
+        if spec["kind"] == "virtual-kerchunk":
+            written = {"references": spec.get("references", "json"),
+                       "references_bytes": virtual.write_kerchunk(layout, spec["uri"], s3)}
+        else:
+            written = virtual.write_icechunk_virtual(layout, spec["uri"], head.get("ETag"))
+    return {"virtual": {**layout.record(), **written, "parse_s": parse_s, "over": url,
+                        "source_etag": head.get("ETag"), "source_version_id": source.get("version_id")}}
+
+
+def _icechunk_native(task: dict, s3, memory_mb: int | None) -> dict:
+    from layoutlab.convert.icechunk_store import write_icechunk_native
+
+    spec = task["variant"]
+    max_mem = int(memory_mb * 2**20 * RECHUNK_MEMORY_SHARE) if memory_mb else 256 * 2**20
+    with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
+        source = _download(s3, task["source"], scratch)
+        written = write_icechunk_native(str(source), spec["uri"], spec["chunks"], spec.get("shards"), max_mem)
+    return {"icechunk": written}
 
 
 def _repack(task: dict, s3) -> dict:

@@ -1,0 +1,75 @@
+"""Native Icechunk variants: the grid rechunked like a ``rechunk-zarr`` variant, in an Icechunk repository.
+
+``convert/rechunk_zarr.py`` writes through zarr stores it opens from a URL and has no
+Icechunk store option (that module belongs to the rechunk work; this one only calls
+zarr), so this writes the (time, lat, lon) variables itself: each gridded variable in
+blocks of whole shards (or chunks) along time, bounded by ``max_mem``; every other
+variable (coordinates, small arrays) as one chunk. One commit at the end: the branch
+``main`` shows the whole variant or nothing, so it is published atomically.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layoutlab.convert.virtual import _attrs, icechunk_storage
+
+
+def _dimension_names(dataset) -> list[str] | None:
+    try:
+        names = []
+        for dim in dataset.dims:
+            if not len(dim):
+                return None
+            names.append(dim[0].name.rpartition("/")[2])
+        return names
+    except (RuntimeError, KeyError, TypeError):
+        return None
+
+
+def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards: dict | None = None,
+                          max_mem: int = 256 * 2**20) -> dict:
+    """Write the NetCDF-4/HDF5 grid at ``local_path`` to a new Icechunk repository at ``target_url``."""
+    import h5py
+    import icechunk
+    import zarr
+
+    repo = icechunk.Repository.create(icechunk_storage(target_url))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w", zarr_format=3)
+    written = {"arrays": 0, "bytes": 0}
+    with h5py.File(local_path, "r") as f:
+        root.attrs.update(_attrs(f))
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Group):
+                root.require_group(name).attrs.update(_attrs(obj))
+                return
+            if not isinstance(obj, h5py.Dataset) or obj.dtype.kind in "OV" or obj.dtype.names:
+                return
+            dims = _dimension_names(obj)
+            gridded = obj.ndim == 3 and dims is not None and len(chunks) == 3
+            if gridded:
+                chunk_shape = tuple(min(int(c), n) for c, n in zip(chunks.values(), obj.shape))
+                shard_shape = tuple(int(s) for s in shards.values()) if shards else None
+            else:
+                chunk_shape, shard_shape = (obj.shape or None), None
+            fill = obj.fillvalue if obj.dtype.kind in "biuf" else None
+            array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
+                                      shards=shard_shape, fill_value=fill, attributes=_attrs(obj),
+                                      dimension_names=dims)
+            if not obj.shape:
+                array[...] = obj[()]
+            else:
+                step = (shard_shape or chunk_shape or obj.shape)[0]
+                row_bytes = max(1, int(np.prod(obj.shape[1:], dtype="i8")) * obj.dtype.itemsize)
+                block = max(step, (max_mem // 2 // row_bytes) // step * step)
+                for start in range(0, obj.shape[0], block):
+                    array[start:start + block] = obj[start:start + block]
+            written["arrays"] += 1
+            written["bytes"] += obj.size * obj.dtype.itemsize
+
+        f.visititems(visit)
+    written["snapshot"] = session.commit("layoutlab: native Icechunk variant")
+    written.update(chunks=chunks, shards=shards)
+    return written

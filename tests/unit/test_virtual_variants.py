@@ -1,0 +1,114 @@
+"""Plan validation of the virtual/Icechunk kinds and reference building on small generated files."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from layoutlab.convert import virtual
+from layoutlab.errors import BadInputFile
+from layoutlab.pipeline import plan as plans
+
+
+def _grid_facts():
+    return plans.DatasetFacts(kind="grid", grid_shape=(24, 19, 36), variable="BCEXTTAU")
+
+
+def test_new_kinds_resolve_to_named_variants():
+    plan = plans.merge_plan({"variants": [
+        {"kind": "original"}, {"kind": "repack-paged", "page_size": "1MiB"}, {"kind": "virtual-kerchunk"},
+        {"kind": "icechunk-virtual"}, {"kind": "icechunk", "chunks": "map"},
+        {"kind": "rechunk-zarr", "chunks": {"time": 4, "lat": 5, "lon": 6}, "shards": [2, 4, 6]}]})
+    specs = {s["name"]: s for s in plans.variant_specs(plan, _grid_facts())}
+    assert specs["kerchunk-original"]["format"] == "kerchunk"
+    assert specs["kerchunk-paged-1MiB"]["over"] == "paged-1MiB"
+    assert specs["icechunk-virtual"]["format"] == "icechunk"
+    assert specs["icechunk-1x19x36"]["format"] == "icechunk"
+    # shard = chunk x factor, whole multiples of the chunk that fit in the axis
+    assert specs["zarr-sharded-4x5x6"]["shards"] == {"time": 8, "lat": 15, "lon": 36}
+
+
+@pytest.mark.parametrize("variant, message", [
+    ({"kind": "virtual-kerchunk", "over": "paged-8MiB"}, "over must be one of"),
+    ({"kind": "virtual-kerchunk", "references": "parquet"}, "only json"),
+    ({"kind": "icechunk"}, "chunks must be"),
+    ({"kind": "rechunk-zarr", "chunks": "map", "shards": [0, 1]}, "shards must be"),
+])
+def test_bad_variants_are_refused_with_the_field(variant, message):
+    with pytest.raises(plans.PlanError, match=message):
+        plans.merge_plan({"variants": [variant]})
+
+
+def test_each_format_gets_its_readers():
+    plan = plans.merge_plan({"variants": [{"kind": "original"}, {"kind": "virtual-kerchunk", "over": "original"},
+                                          {"kind": "icechunk-virtual"}],
+                             "readers": {"hdf5": ["h5coro", "xarray-h5netcdf"], "kerchunk": ["kerchunk-fsspec"],
+                                         "icechunk": ["icechunk"]},
+                             "patterns": {"grid": ["map-timestep"]}, "platforms": ["local-lambda"], "repetitions": 1})
+    variants = [{**s, "uri": f"s3://b/{s['name']}"} for s in plans.variant_specs(plan, _grid_facts())]
+    cases = plans.expand_cases(plan, _grid_facts(), "d", variants)
+    assert {(c["variant"], c["reader"]) for c in cases} == {
+        ("original", "h5coro"), ("original", "xarray-h5netcdf"), ("kerchunk-original", "kerchunk-fsspec"),
+        ("icechunk-virtual", "icechunk")}
+
+
+def _odd_file(path):
+    """Packed int16, lzf (no codec in the readers), a vlen string, object references, compact storage."""
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        packed = f.create_dataset("packed", data=rng.integers(-3000, 3000, (40, 30), dtype="i2"), chunks=(10, 30),
+                                  compression="gzip", shuffle=True)
+        packed.attrs["scale_factor"] = np.float32(0.01)
+        packed.attrs["add_offset"] = np.float32(273.15)
+        f.create_dataset("lzf", data=np.arange(100, dtype="f4"), chunks=(50,), compression="lzf")
+        f.create_dataset("label", data=np.array(["a", "bc"], dtype=h5py.string_dtype()))
+        f.create_dataset("refs", data=np.array([f["packed"].ref], dtype=h5py.ref_dtype))
+        space = h5py.h5s.create_simple((3,))
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_layout(h5py.h5d.COMPACT)
+        h5py.h5d.create(f.id, b"small", h5py.h5t.NATIVE_INT32, space, plist).write(
+            h5py.h5s.ALL, h5py.h5s.ALL, np.arange(3, dtype="i4"))
+        f.create_group("g").create_dataset("x", data=np.linspace(0, 1, 7))
+
+
+def _open_refs(refs):
+    import fsspec
+    import zarr
+    from zarr.storage import FsspecStore
+
+    fs = fsspec.filesystem("reference", fo=refs, remote_protocol="file", asynchronous=True)
+    return zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+
+
+def test_references_keep_values_and_say_what_was_inlined_or_skipped(tmp_path):
+    path = tmp_path / "odd.h5"
+    _odd_file(path)
+    layout = virtual.build_layout(str(path), f"file://{path}")
+    record = layout.record()
+    assert record["status"] == "partial"
+    assert {i["variable"] for i in record["inlined"]} == {"lzf", "small"}
+    assert [s["variable"] for s in record["skipped"]] == ["refs"]
+    assert all(i["reason"] for i in record["inlined"] + record["skipped"])
+    assert record["packed"] == [{"variable": "packed", "scale_factor": pytest.approx(0.01),
+                                 "add_offset": pytest.approx(273.15), "kept": "virtual"}]
+    group = _open_refs(json.loads(json.dumps(virtual.kerchunk_refs(layout))))
+    with h5py.File(path) as f:
+        # the packed integers as stored, and the attributes a CF decoder needs, unchanged
+        np.testing.assert_array_equal(group["packed"][...], f["packed"][...])
+        assert group["packed"].attrs["scale_factor"] == pytest.approx(0.01)
+        assert group["packed"].attrs["add_offset"] == pytest.approx(273.15)
+        np.testing.assert_array_equal(group["lzf"][...], f["lzf"][...])
+        np.testing.assert_array_equal(group["small"][...], np.arange(3))
+        np.testing.assert_array_equal(group["g/x"][...], f["g/x"][...])
+        assert list(group["label"][...]) == ["a", "bc"]
+    assert "refs" not in group
+
+
+def test_a_file_that_cannot_be_referenced_is_bad_input(tmp_path):
+    path = tmp_path / "not.h5"
+    path.write_bytes(b"not hdf5 at all")
+    with pytest.raises(BadInputFile, match="cannot be referenced"):
+        virtual.build_layout(str(path), f"file://{path}")
