@@ -273,6 +273,7 @@ class SourceArray:
     is_coord: bool
     kind: str = "numeric"  # numeric | string (variable-length UTF-8) | bytes (fixed-length char)
     stored_shape: tuple[int, ...] | None = None  # the HDF5 dataset's own shape when shorter than its dimensions
+    source_path: str | None = None  # the HDF5 path when it differs from name (netCDF's _nc4_non_coord_ prefix)
 
 
 # Zarr v3 data types for what is not a core numeric type: variable-length strings
@@ -381,7 +382,7 @@ def _describe_zarr(src: str) -> dict:
     return {"arrays": arrays, "groups": {"": global_attrs}, "skipped": skipped}
 
 
-_HDF5_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError)
+_HDF5_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError)
 
 
 class _AttrView:
@@ -440,7 +441,11 @@ def _describe_hdf5(f) -> dict:
         subgroups = []
         for key in group:
             path = f"{prefix}/{key}" if prefix else key
-            link = group.get(key, getlink=True)
+            try:
+                link = group.get(key, getlink=True)
+            except _HDF5_READ_ERRORS as error:  # user-defined links: h5py knows no class for them
+                skipped.append({"variable": path, "reason": f"link cannot be followed ({error.__class__.__name__}: {error})"})
+                continue
             if isinstance(link, h5py.ExternalLink):
                 skipped.append({"variable": path, "reason": f"external link to {link.filename}:{link.path}: not followed"})
                 continue
@@ -465,6 +470,9 @@ def _describe_hdf5(f) -> dict:
         attrs = ds.attrs
         is_scale = attrs.get("CLASS") == b"DIMENSION_SCALE"
         name = path.rsplit("/", 1)[-1]
+        if ds.shape is None:
+            skipped.append({"variable": path, "reason": "null dataspace (an HDF5 dataset with no shape and no values)"})
+            continue
         if is_scale and NOT_A_VARIABLE in (attrs.get("NAME", b"") if isinstance(attrs.get("NAME", b""), bytes) else b""):
             if ds.maxshape and ds.maxshape[0] is None:
                 unlimited.setdefault(h5py.h5o.get_info(ds.id).addr, int(ds.shape[0]) if ds.shape else 0)
@@ -490,10 +498,16 @@ def _describe_hdf5(f) -> dict:
             skipped.append({"variable": path, "reason": reason})
             continue
         dtype = np.dtype(object) if kind == "string" else np.dtype(ds.dtype)
+        clean = path.rpartition("/")[0] + ("/" if "/" in path else "") + name.replace("_nc4_non_coord_", "")
+        attrs = _read_attrs(ds, path, skipped)
+        if kind != "numeric" and "_FillValue" in attrs:  # xarray's Zarr reader decodes no string _FillValue attribute
+            attrs.pop("_FillValue")
+            skipped.append({"variable": path, "attribute": "_FillValue",
+                            "reason": "a string _FillValue attribute: Zarr's reader cannot decode it (the array's fill value is empty)"})
         arrays.append(SourceArray(
-            name=path, dims=dims, shape=shape, dtype=dtype,
-            chunks=tuple(int(c) for c in (ds.chunks or shape)), attrs=_read_attrs(ds, path, skipped),
-            is_coord=dims == (name,), kind=kind, stored_shape=tuple(int(n) for n in ds.shape) if shape != ds.shape else None,
+            name=clean, source_path=path if clean != path else None, dims=dims, shape=shape, dtype=dtype,
+            chunks=tuple(int(c) for c in (ds.chunks or shape)), attrs=attrs,
+            is_coord=dims == (name.replace("_nc4_non_coord_", ""),), kind=kind, stored_shape=tuple(int(n) for n in ds.shape) if shape != ds.shape else None,
         ))
     return {"arrays": arrays, "groups": groups, "skipped": skipped}
 
@@ -518,14 +532,30 @@ def _dimensions(f, path, ds, is_scale, dimids, paths, phony) -> tuple[tuple[str,
     if is_scale and ds.ndim == 1:
         return (path.rsplit("/", 1)[-1],), (own,)
     # No dimension scales: h5netcdf's phony dimensions (phony_dims="sort"), as xarray names them.
+    group, _, name = path.rpartition("/")
     if "nc" not in phony:
         import h5netcdf
 
-        phony["nc"] = h5netcdf.File(f, "r", phony_dims="sort")
-    nc = phony["nc"]
-    group, _, name = path.rpartition("/")
-    node = nc[group] if group else nc
-    return tuple(node.variables[name].dimensions), (None,) * ds.ndim
+        try:
+            phony["nc"] = h5netcdf.File(f, "r", phony_dims="sort")
+        except _HDF5_READ_ERRORS:
+            phony["nc"] = None
+    try:
+        node = phony["nc"][group] if group else phony["nc"]
+        return tuple(node.variables[name].dimensions), (None,) * ds.ndim
+    except (*_HDF5_READ_ERRORS, IndexError):
+        # h5netcdf cannot open this file or group (an external or broken link, a committed
+        # type it does not know): name them the same way, by size, per group, in our own count.
+        seen: dict[int, int] = {}
+        names = []
+        for n in ds.shape:
+            k = seen.get(n, 0)
+            seen[n] = k + 1
+            key = (group, n, k)
+            if key not in phony:
+                phony[key] = f"phony_dim_{sum(1 for x in phony if isinstance(x, tuple))}"
+            names.append(phony[key])
+        return tuple(names), (None,) * ds.ndim
 
 
 def _data_kind(ds) -> tuple[str, str | None]:
@@ -758,6 +788,7 @@ def plan_rechunk(
             "shape": list(array.shape),
             "dtype": array.dtype.str,
             "kind": array.kind,
+            "source_path": array.source_path,
             "stored_shape": list(array.stored_shape) if array.stored_shape is not None else None,
             "notes": notes,
             "source_chunks": list(spec.source_chunks),
@@ -1099,7 +1130,7 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
             handle = cache.get("hdf5")
             if handle is None:
                 handle = cache["hdf5"] = _open_hdf5(plan["source"])
-            data = _read_hdf5_region(handle[unit["variable"]], unit["start"], unit["stop"], var)
+            data = _read_hdf5_region(handle[var.get("source_path") or unit["variable"]], unit["start"], unit["stop"], var)
             if _source_cache is None:
                 handle.close()
     data = np.asarray(data, dtype=dtype)
