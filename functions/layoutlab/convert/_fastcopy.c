@@ -246,11 +246,11 @@ int fastcopy_plain_type(hid_t type) {
 
 /* Attributes of `src` from *position (in index_type order: 0 name, 1 creation
  * order) created on `dst` with the same name, type, dataspace and stored bytes,
- * in order, until one that is not plain (variable-length, holds references, or
+ * in `order` (0 increasing, 2 as stored), until one that is not plain (variable-length, holds references, or
  * of a committed type): *position is then its position (or the count when all
  * were copied), and the caller copies that one. 0 on success; -1 with a Python
  * exception set. */
-int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, unsigned long long *position_io,
+int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, int order, unsigned long long *position_io,
                               unsigned long long *copied_out) {
     int count = h5.Aget_num_attrs(src);
     if (count < 0) {
@@ -265,7 +265,7 @@ int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, unsigned lon
     size_t data_capacity = 0;
     int status = -1;
     for (; position < (unsigned long long)count; position++) {
-        hid_t attr = h5.Aopen_by_idx(src, ".", index_type, H5_ITER_INC, position, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t attr = h5.Aopen_by_idx(src, ".", index_type, order, position, H5P_DEFAULT, H5P_DEFAULT);
         if (attr < 0) {
             PyErr_Format(PyExc_OSError, "cannot open attribute %llu", position);
             goto done;
@@ -331,14 +331,14 @@ done:
     return status;
 }
 
-/* copy_plain_attributes(src_obj, dst_obj, index_type, start) -> (next, copied): see above. */
+/* copy_plain_attributes(src_obj, dst_obj, index_type, start[, order]) -> (next, copied): see above. */
 static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
     long long src, dst;
-    int index_type;
+    int index_type, order = H5_ITER_INC;
     unsigned long long position, copied = 0;
-    if (!PyArg_ParseTuple(args, "LLiK", &src, &dst, &index_type, &position)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLiK|i", &src, &dst, &index_type, &position, &order)) return NULL;
     if (!check_bound()) return NULL;
-    if (fastcopy_plain_attributes((hid_t)src, (hid_t)dst, index_type, &position, &copied) < 0) return NULL;
+    if (fastcopy_plain_attributes((hid_t)src, (hid_t)dst, index_type, order, &position, &copied) < 0) return NULL;
     return Py_BuildValue("KK", position, copied);
 }
 

@@ -32,7 +32,7 @@ typedef bool hbool_t;
 #define H5S_UNLIMITED ((hsize_t)(-1))
 #define HADDR_UNDEF ((haddr_t)(-1))
 
-enum { H5_ITER_INC = 0 };
+enum { H5_ITER_INC = 0, H5_ITER_NATIVE = 2 };
 enum { H5_INDEX_NAME = 0, H5_INDEX_CRT_ORDER = 1 };
 enum { H5P_CRT_ORDER_TRACKED = 0x0001 };
 enum { H5I_GROUP = 2, H5I_DATATYPE = 3, H5I_DATASET = 5 };
@@ -196,7 +196,7 @@ PyObject *native_repack_file(PyObject *self, PyObject *args);
 /* _fastcopy.c, shared with _native_repack.c */
 int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_bytes, size_t max_gap,
                            PyObject *progress, unsigned long long *copied, unsigned long long *bytes);
-int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, unsigned long long *position,
+int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, int order, unsigned long long *position,
                               unsigned long long *copied);
 int fastcopy_plain_type(hid_t type);
 

@@ -384,7 +384,7 @@ static int copy_attributes(job_t *job, hid_t src, hid_t dst, hid_t create_plist)
     int index = tracks_creation_order(h5.Pget_attr_creation_order, create_plist) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
     unsigned long long position = 0;
     while (position < (unsigned long long)count) {
-        if (fastcopy_plain_attributes(src, dst, index, &position, &job->attributes) < 0)
+        if (fastcopy_plain_attributes(src, dst, index, H5_ITER_INC, &position, &job->attributes) < 0)
             return fail_with_python_error(job, "attributes");
         if (position >= (unsigned long long)count) break;
         if (copy_other_attribute(job, src, dst, position, index) < 0) return -1;

@@ -98,8 +98,9 @@ def copy_chunks(src_dset_id, dst_dset_id, src_fd: int, rank: int, span_bytes: in
         return _module.copy_chunks(src_dset_id.id, dst_dset_id.id, src_fd, rank, span_bytes, max_gap, progress)
 
 
-def copy_plain_attributes(src_id, dst_id, index_type: int, start: int) -> tuple[int, int]:
-    """Attributes from position ``start`` copied in order until one that is not plain; returns
-    (its position or the count, attributes copied). See fastcopy_plain_attributes in _fastcopy.c."""
+def copy_plain_attributes(src_id, dst_id, index_type: int, start: int, order: int = 0) -> tuple[int, int]:
+    """Attributes from position ``start`` copied in ``order`` (0 increasing, 2 as stored) until one that
+    is not plain; returns (its position or the count, attributes copied). See fastcopy_plain_attributes
+    in _fastcopy.c."""
     with library_lock():
-        return _module.copy_plain_attributes(src_id.id, dst_id.id, index_type, start)
+        return _module.copy_plain_attributes(src_id.id, dst_id.id, index_type, start, order)

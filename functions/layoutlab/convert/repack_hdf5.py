@@ -232,47 +232,122 @@ class _Repacker:
         root = self.src["/"]
         self.src_fileno = h5py.h5o.get_info(root.id).fileno
         self.netcdf4 = is_netcdf4(self.src)
-        # 1. HDF5 copies every object, attribute, committed type, fill value, filter and stored
-        # chunk (undecoded) in one call, under a temporary group (H5Ocopy cannot copy onto "/").
-        copy_plist = h5py.h5p.create(h5py.h5p.OBJECT_COPY)
-        copy_plist.set_copy_object(0)  # soft and external links stay links; references are fixed below
-        h5py.h5o.copy(self.src.id, b"/", self.dst.id, TMP_ROOT, copypl=copy_plist)
+        # 1. Source object address -> path (the destination has the same paths); which objects are
+        # linked more than once, which are named datatypes.
+        self.copied[(self.src_fileno, h5py.h5o.get_info(root.id).addr)] = "/"
+        objects: list[tuple[str, int]] = []
+        kinds: dict[str, int] = {}
+        shared = [h5py.h5o.get_info(root.id).rc > 1]
+
+        def seen(name, info):
+            path = "/" + name.decode("utf-8", "surrogateescape")
+            if self.copied.setdefault((self.src_fileno, info.addr), path) == path:
+                kinds[path] = info.type
+            if info.rc > 1 or info.type == h5py.h5o.TYPE_NAMED_DATATYPE:
+                shared[0] = True
+            objects.append((path, info.addr))
+
+        h5py.h5o.visit(self.src.id, seen, info=True)
+        # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
+        # from the source alone.
+        plans: dict[str, dict] = {}
+        for path, kind in kinds.items():
+            if kind == h5py.h5o.TYPE_GROUP:
+                self.summary.groups += 1
+            elif kind == h5py.h5o.TYPE_DATASET:
+                self.summary.datasets += 1
+                dataset = h5py.Dataset(h5py.h5d.open(self.src.id, path.encode("utf-8", "surrogateescape")))
+                plan = self._plan(dataset, path)
+                if plan is not None:
+                    plans[path] = plan
+                    continue
+                if dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
+                    self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
+        # 3. HDF5 copies every object, attribute, committed type, fill value, filter and stored chunk
+        # (undecoded). When nothing is linked twice and no named datatype exists, the groups holding a
+        # dataset to be made anew are walked: their other members are copied one H5Ocopy each (whole
+        # subtrees where nothing changes) and those datasets are made once, directly from the source.
+        # Otherwise (or when nothing changes) one H5Ocopy of the whole tree, then those datasets made
+        # anew over their copies (their data copied twice).
+        ancestors = self._ancestors(plans)
+        if plans and not shared[0] and self._walkable(ancestors):
+            self._copy_walking(plans, ancestors)
+        else:
+            self._copy_whole_tree(root)
+            for path, plan in plans.items():
+                self._make(path, plan, replace=True)
+            self._restore_link_order()
+        if self.progress:
+            for path, kind in kinds.items():
+                if kind == h5py.h5o.TYPE_DATASET and path not in self.remade:
+                    self.progress(self.src[path].id.get_storage_size())  # progress counts stored (source) bytes
+        # 4. References (object and region), wherever they are, point at the copies of their targets.
+        self._collect_references(objects)
+        self._rewrite_references()
+        self.dst.flush()
+
+    def _copy_whole_tree(self, root):
+        """One H5Ocopy of the whole tree under a temporary group (H5Ocopy cannot copy onto "/"), its
+        members then moved under "/" in the source's order, the root's attributes copied onto "/"."""
+        h5py.h5o.copy(self.src.id, b"/", self.dst.id, TMP_ROOT, copypl=_copy_plist())
         tmp = h5py.h5g.open(self.dst.id, TMP_ROOT)
-        # 2. The root's members moved under "/" in the source's order, its attributes copied onto "/".
         for name, _, _ in _members(root):
             tmp.links.move(name.encode("utf-8", "surrogateescape"), self.dst.id,
                            name.encode("utf-8", "surrogateescape"))
         self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist())
-        # 3. Source object address -> path (the destination has the same paths).
-        self.copied[(self.src_fileno, h5py.h5o.get_info(root.id).addr)] = "/"
-        objects: list[tuple[str, int]] = []
-
-        def seen(name, info):
-            self.copied.setdefault((self.src_fileno, info.addr), "/" + name.decode("utf-8", "surrogateescape"))
-            objects.append(("/" + name.decode("utf-8", "surrogateescape"), info.addr))
-
-        h5py.h5o.visit(self.src.id, seen, info=True)
-        # 4. Datasets whose layout or dataspace must change are made anew, data copied from the source.
-        for path, address in objects:
-            if self.copied[(self.src_fileno, address)] != path:
-                continue  # a second hard link to an object already seen
-            kind = h5py.h5i.get_type(h5py.h5o.open(self.src.id, path.encode("utf-8", "surrogateescape")))
-            if kind == h5py.h5i.GROUP:
-                self.summary.groups += 1
-            elif kind == h5py.h5i.DATASET:
-                self.summary.datasets += 1
-                dataset = self.src[path]
-                self._remake_if_needed(dataset, path)
-                if path not in self.remade and dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
-                    self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
-                if path not in self.remade and self.progress:
-                    self.progress(dataset.id.get_storage_size())  # progress counts stored (source) bytes
-        self._restore_link_order()
-        # 5. References (object and region), wherever they are, point at the copies of their targets.
-        self._collect_references(objects)
-        self._rewrite_references()
         self.dst.id.unlink(TMP_ROOT)
-        self.dst.flush()
+
+    @staticmethod
+    def _ancestors(plans) -> set[str]:
+        """Paths of the groups holding (at any depth) a dataset to be made anew, "/" included."""
+        groups: set[str] = set()
+        for path in plans:
+            parent = path.rsplit("/", 1)[0] or "/"
+            while parent not in groups:
+                groups.add(parent)
+                if parent == "/":
+                    break
+                parent = parent.rsplit("/", 1)[0] or "/"
+        return groups
+
+    def _walkable(self, ancestors) -> bool:
+        """The groups to walk hold only hard, soft and external links (a user-defined link is copied
+        by H5Ocopy only)."""
+        allowed = (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL)
+        return all(kind in allowed for group in ancestors for _, kind, _ in _members(self.src[group]))
+
+    def _copy_walking(self, plans, ancestors):
+        """The tree rebuilt group by group along the paths to the datasets made anew, in the source's
+        link order: members that do not change copied by H5Ocopy (subtrees in one call), groups on the
+        way made with the source's creation properties and attributes, soft and external links made
+        again, the datasets that change made once."""
+        copypl = _copy_plist()
+        root = self.src["/"]
+        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist())
+
+        def walk(src_path, src_gid, dst_gid):
+            for name, kind, _ in _members(src_gid):
+                bname = name.encode("utf-8", "surrogateescape")
+                child = _join(src_path, name)
+                lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+                lcpl.set_char_encoding(src_gid.links.get_info(bname).cset)
+                if kind == h5py.h5l.TYPE_SOFT:
+                    dst_gid.links.create_soft(bname, src_gid.links.get_val(bname), lcpl=lcpl)
+                elif kind == h5py.h5l.TYPE_EXTERNAL:
+                    file_name, object_name = src_gid.links.get_val(bname)
+                    dst_gid.links.create_external(bname, file_name, object_name, lcpl=lcpl)
+                elif child in plans:
+                    self._make(child, plans[child], parent_id=dst_gid, lcpl=lcpl)
+                elif child in ancestors:
+                    sub = h5py.h5g.open(src_gid, bname)
+                    gcpl = sub.get_create_plist()
+                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=gcpl)
+                    self._copy_attributes(sub, new, gcpl)
+                    walk(child, sub, new)
+                else:
+                    h5py.h5o.copy(src_gid, bname, dst_gid, bname, copypl=copypl, lcpl=lcpl)
+
+        walk("/", h5py.h5g.open(self.src.id, b"/"), h5py.h5g.open(self.dst.id, b"/"))
 
     def _copy_userblock(self):
         size = self.src.id.get_create_plist().get_userblock()
@@ -288,7 +363,15 @@ class _Repacker:
         tracked = _tracks_creation_order(create_plist, "get_attr_creation_order")
         index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
         order = h5py.h5.ITER_INC if tracked else h5py.h5.ITER_NATIVE
-        for position in range(count):
+        position = 0
+        while position < count:
+            if self.fast:
+                # Plain attributes (fixed-size, no reference, no committed type: most of them) in C, in
+                # the same order and as the same stored bytes, up to the first that is not plain.
+                position, copied = fastcopy.copy_plain_attributes(src_id, dst_id, index, position, order)
+                self.summary.attributes += copied
+                if position >= count:
+                    break
             attr = h5py.h5a.open(src_id, index=position, index_type=index, order=order)
             tid, space = attr.get_type(), attr.get_space()
             new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
@@ -297,6 +380,7 @@ class _Repacker:
                 data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
                 attr.read(data, mtype=tid)
                 new.write(data, mtype=tid)
+            position += 1
 
     def _file_type(self, tid: h5py.h5t.TypeID) -> h5py.h5t.TypeID:
         """The destination's copy of a committed (named) datatype (same path: H5Ocopy made it), or the type itself."""
@@ -308,20 +392,21 @@ class _Repacker:
         self.summary.notes.append("an anonymous committed datatype was copied as a plain type")
         return tid.copy()
 
-    def _remake_if_needed(self, src: h5py.Dataset, path: str):
+    def _plan(self, src: h5py.Dataset, path: str) -> dict | None:
+        """How the dataset at ``path`` must be made anew (None: H5Ocopy's copy is right as it is);
+        what will change is recorded in the summary."""
         dcpl = src.id.get_create_plist()
         layout = dcpl.get_layout()
         space = src.id.get_space()
         if layout == h5py.h5d.VIRTUAL or space.get_simple_extent_type() == h5py.h5s.NULL:
-            return
+            return None
         if space.get_simple_extent_type() == h5py.h5s.SCALAR:
-            self._remake_scalar(src, path, dcpl, layout)
-            return
+            return self._plan_scalar(src, path, dcpl, layout)
         if dcpl.get_external_count():
             self.summary.notes.append(f"{path}: raw data in external file(s) "
                                       f"{', '.join(dcpl.get_external(i)[0].decode() for i in range(dcpl.get_external_count()))}"
                                       " left there (as h5repack does)")
-            return
+            return None
         shape = space.get_simple_extent_dims()
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
@@ -360,36 +445,16 @@ class _Repacker:
             self.summary.rechunked[path] = {"from": None, "to": list(new_chunks)}
             changed = True
         if not changed:
-            return
+            return None
         if h5py.h5o.get_info(src.id).rc > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
-            return
-        parent, name = path.rsplit("/", 1)
-        parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
-        bname = name.encode("utf-8", "surrogateescape")
+            return None
         if new_chunks != src_chunks and math.prod(shape):
             self._require_filters(src, path)
-        new_space = h5py.h5s.create_simple(tuple(new_shape), tuple(h5py.h5s.UNLIMITED if m is None else m
-                                                                    for m in new_maxshape))
-        new = h5py.h5d.create(parent_id, TMP_DATASET, self._file_type(src.id.get_type()), new_space, dcpl=dcpl)
-        self._copy_attributes(src.id, new, dcpl)
-        parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
-        parent_id.links.move(TMP_DATASET, parent_id, bname)
-        self.reordered_groups.add(parent or "/")
-        self.remade.add(path)
-        ftype = src.id.get_type()
-        if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
-            return  # (values holding references are written by the reference pass)
-        if layout == h5py.h5d.CHUNKED and new_chunks == src_chunks and _type_kind(ftype) == "fixed":
-            self._copy_raw_chunks(src, new)
-        else:
-            dst = h5py.Dataset(new)
-            for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
-                _copy_selection(src, dst, selection)
-            if self.progress:
-                self.progress(src.id.get_storage_size())
+        return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
+                "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src}
 
-    def _remake_scalar(self, src, path, dcpl, layout):
+    def _plan_scalar(self, src, path, dcpl, layout):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
         fill_type = src.id.get_type()
         vlen_fill = (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
@@ -398,22 +463,49 @@ class _Repacker:
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             self.summary.compact_to_contiguous.append(path)
         elif not vlen_fill:
-            return
+            return None
         if h5py.h5o.get_info(src.id).rc > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
-            return
+            return None
+        return {"dcpl": dcpl, "scalar": True, "src": src}
+
+    def _make(self, path: str, plan: dict, replace=False, parent_id=None, lcpl=None):
+        """The dataset at ``path`` made as ``plan`` says, with the source's attributes and values: in
+        ``parent_id`` (the walk), or (``replace``) over H5Ocopy's copy of it."""
+        src = plan["src"]
         parent, name = path.rsplit("/", 1)
-        parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
         bname = name.encode("utf-8", "surrogateescape")
-        new = h5py.h5d.create(parent_id, TMP_DATASET, self._file_type(fill_type), h5py.h5s.create(h5py.h5s.SCALAR),
-                              dcpl=dcpl)
-        self._copy_attributes(src.id, new, dcpl)
-        parent_id.unlink(bname)
-        parent_id.links.move(TMP_DATASET, parent_id, bname)
-        self.reordered_groups.add(parent or "/")
+        if parent_id is None:
+            parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
+        ftype = src.id.get_type()
+        if plan.get("scalar"):
+            space = h5py.h5s.create(h5py.h5s.SCALAR)
+        else:
+            space = h5py.h5s.create_simple(tuple(plan["new_shape"]),
+                                           tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
+        new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
+                              dcpl=plan["dcpl"], lcpl=None if replace else lcpl)
+        self._copy_attributes(src.id, new, plan["dcpl"])
+        if replace:
+            parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
+            parent_id.links.move(TMP_DATASET, parent_id, bname)
+            self.reordered_groups.add(parent or "/")
         self.remade.add(path)
-        if not fill_type.detect_class(h5py.h5t.REFERENCE):
-            _copy_selection(src, h5py.Dataset(new), ())
+        if plan.get("scalar"):
+            if not ftype.detect_class(h5py.h5t.REFERENCE):
+                _copy_selection(src, h5py.Dataset(new), ())
+            return
+        shape, new_chunks = plan["shape"], plan["new_chunks"]
+        if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
+            return  # (values holding references are written by the reference pass)
+        if plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed":
+            self._copy_raw_chunks(src, new)
+        else:
+            dst = h5py.Dataset(new)
+            for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
+                _copy_selection(src, dst, selection)
+            if self.progress:
+                self.progress(src.id.get_storage_size())
 
     def _restore_link_order(self):
         """A dataset made anew was linked last: its group's links moved out and back in the source's
@@ -654,6 +746,13 @@ def _read_spans(located, max_gap=None, max_span=None):
         yield start, end, run
 
 
+def _copy_plist():
+    """H5Ocopy's options: soft and external links stay links; references are fixed afterwards."""
+    plist = h5py.h5p.create(h5py.h5p.OBJECT_COPY)
+    plist.set_copy_object(0)
+    return plist
+
+
 TMP_ROOT = b".layoutlab-repack-root"
 TMP_DATASET = b".layoutlab-repack-dataset"
 TMP_HOLD = b".layoutlab-repack-hold"
@@ -712,12 +811,13 @@ def _tracks_creation_order(plist, getter) -> bool:
     return bool(getattr(plist, getter)() & h5py.h5p.CRT_ORDER_TRACKED)
 
 
-def _members(group: h5py.Group) -> list[tuple[str, int, int]]:
+def _members(group) -> list[tuple[str, int, int]]:
     """(name, link type, object address) in creation order when the group tracks it (NetCDF-4 does), else by name."""
-    gcpl = group.id.get_create_plist()
+    gid = group.id if isinstance(group, h5py.Group) else group  # (an h5py Group or a GroupID)
+    gcpl = gid.get_create_plist()
     index = h5py.h5.INDEX_CRT_ORDER if _tracks_creation_order(gcpl, "get_link_creation_order") else h5py.h5.INDEX_NAME
     members: list[tuple[str, int, int]] = []
-    group.id.links.iterate(
+    gid.links.iterate(
         lambda name, info: members.append((name.decode("utf-8", "surrogateescape"), info.type, info.u)) or None,
         idx_type=index, info=True)
     return members
