@@ -564,8 +564,9 @@ class _H5coroArray:
     def __init__(self, h5obj, path):
         self._h5 = h5obj
         self.path = "/" + path.strip("/")
+        self._key = path.strip("/")  # h5coro's promise names datasets without the leading slash
         promise = h5obj.readDatasets([{"dataset": self.path, "hyperslice": []}], metaOnly=True)
-        meta = promise.datasets[self.path].meta
+        meta = promise.datasets[self._key].meta
         if meta is None or meta.type is None:
             raise KeyError(f"{path} is not a dataset")
         self.shape = tuple(int(n) for n in meta.dimensions)
@@ -574,7 +575,7 @@ class _H5coroArray:
 
     def _read(self, hyperslice):
         promise = self._h5.readDatasets([{"dataset": self.path, "hyperslice": hyperslice}], block=True)
-        return np.asarray(promise[self.path])
+        return np.asarray(promise[self._key])
 
     def __getitem__(self, index):
         if not isinstance(index, tuple):
