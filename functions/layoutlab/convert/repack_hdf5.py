@@ -157,6 +157,7 @@ class _Repacker:
         # the file closes, placing them after everything else (the native engine closes it at once).
         self.deferred_attrs = []
         self.deferred_datasets = []  # source dataset paths whose values hold references
+        self.attributes_seen: set[str] = set()  # paths whose attributes _copy_attributes copied
         self.userblock = b""
         self.reordered_groups: set[str] = set()
         self.remade: set[str] = set()  # paths of datasets made anew (the others are H5Ocopy's copies)
@@ -294,7 +295,7 @@ class _Repacker:
         for name, _, _ in _members(root):
             tmp.links.move(name.encode("utf-8", "surrogateescape"), self.dst.id,
                            name.encode("utf-8", "surrogateescape"))
-        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist())
+        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist(), "/")
         self.dst.id.unlink(TMP_ROOT)
 
     @staticmethod
@@ -323,7 +324,7 @@ class _Repacker:
         again, the datasets that change made once."""
         copypl = _copy_plist()
         root = self.src["/"]
-        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist())
+        self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist(), "/")
 
         def walk(src_path, src_gid, dst_gid):
             for name, kind, _ in _members(src_gid):
@@ -342,7 +343,7 @@ class _Repacker:
                     sub = h5py.h5g.open(src_gid, bname)
                     gcpl = sub.get_create_plist()
                     new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=gcpl)
-                    self._copy_attributes(sub, new, gcpl)
+                    self._copy_attributes(sub, new, gcpl, child)
                     walk(child, sub, new)
                 else:
                     h5py.h5o.copy(src_gid, bname, dst_gid, bname, copypl=copypl, lcpl=lcpl)
@@ -354,11 +355,12 @@ class _Repacker:
         if size:
             self.userblock = os.pread(self.src_fd, size, 0)
 
-    def _copy_attributes(self, src_id, dst_id, create_plist):
+    def _copy_attributes(self, src_id, dst_id, create_plist, path):
         """Every attribute of the source object ``src_id`` created on ``dst_id``: same type (a
         committed type is the destination's copy of it), same stored values (variable-length ones through
         HDF5's own memory form, so NULL stays NULL), in creation order when tracked, else in the
         order HDF5 stores them."""
+        self.attributes_seen.add(path)
         count = _attribute_count(src_id)
         tracked = _tracks_creation_order(create_plist, "get_attr_creation_order")
         index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
@@ -376,6 +378,8 @@ class _Repacker:
             tid, space = attr.get_type(), attr.get_space()
             new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
             self.summary.attributes += 1
+            if tid.detect_class(h5py.h5t.REFERENCE):  # (never a plain one: those are copied in C)
+                self.deferred_attrs.append((src_id, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if space.get_simple_extent_type() != h5py.h5s.NULL:
                 data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
                 attr.read(data, mtype=tid)
@@ -485,7 +489,7 @@ class _Repacker:
                                            tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
         new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
                               dcpl=plan["dcpl"], lcpl=None if replace else lcpl)
-        self._copy_attributes(src.id, new, plan["dcpl"])
+        self._copy_attributes(src.id, new, plan["dcpl"], path)
         if replace:
             parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
             parent_id.links.move(TMP_DATASET, parent_id, bname)
@@ -534,7 +538,8 @@ class _Repacker:
             if address is not None and self.copied[(self.src_fileno, address)] != path:
                 continue
             oid = h5py.h5o.open(self.src.id, path.encode("utf-8", "surrogateescape"))
-            for position in range(_attribute_count(oid)):
+            # (attributes copied by _copy_attributes were looked at there; only H5Ocopy's are looked at here)
+            for position in range(0 if path in self.attributes_seen else _attribute_count(oid)):
                 attr = h5py.h5a.open(oid, index=position)
                 if attr.get_type().detect_class(h5py.h5t.REFERENCE):
                     self.deferred_attrs.append((oid, path.encode("utf-8", "surrogateescape"), attr.get_name()))
