@@ -5,18 +5,15 @@ Lopez et al.: free-space tracking persisted, COMPACT -> CONTIGUOUS, unlimited
 dimensions fixed at their current size, optional larger chunks (never larger
 than a page), and everything else preserved so a NetCDF-4 file stays one.
 
-Why by hand rather than ``H5Ocopy`` (h5py ``Group.copy``) of the whole tree:
-H5Ocopy keeps each dataset's layout and dataspace, so it cannot fix unlimited
-dimensions or COMPACT layouts, and object references (the ``DIMENSION_LIST`` /
-``REFERENCE_LIST`` attributes that make dimension scales, hence NetCDF
-dimensions) are only remapped between objects copied in the *same* call;
-copied one object at a time they point at addresses of the source file. So
-each dataset is recreated with its source creation property list (filters,
-fill value, attribute creation order, ...) and the new layout, and every
-reference is rewritten once all objects exist. Where the chunk shape is
-unchanged, chunks are copied as stored bytes (no decode, no re-encode):
-located with one ``H5Dchunk_iter`` pass, read with ``pread`` and written with
-``H5Dwrite_chunk``; measured per chunk this is as cheap as H5Ocopy's own copy.
+How: HDF5's ``H5Ocopy`` copies what does not change (stored chunks undecoded, attributes,
+committed types, links); the datasets whose layout, dataspace, chunks or fill value must change
+are decided from the source first and made once, directly (``_copy_walking``: the groups on the
+way to them are rebuilt in link order, everything else copied by one ``H5Ocopy`` per member or
+subtree), or, when an object is linked twice or a named datatype exists, after one ``H5Ocopy`` of
+the whole tree (``_copy_whole_tree``), over their copies. References are rewritten from the
+source's values at the end (H5Ocopy does not remap them across these calls). Where the chunk shape
+is unchanged, a dataset made anew gets its chunks as stored bytes (``H5Dchunk_iter``, ``pread``,
+``H5Dwrite_chunk``).
 """
 
 from __future__ import annotations
