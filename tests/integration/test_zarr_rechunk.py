@@ -78,7 +78,10 @@ def assert_same_dataset(src, dst, drop=()):
     actual = xr.open_zarr(dst, consolidated=True).load()
     xr.testing.assert_identical(expected, actual)
     for name in expected.variables:
-        assert actual[name].dtype == expected[name].dtype
+        if expected[name].dtype.kind in "UO":  # strings: zarr 3.4 hands xarray numpy's StringDType (kind T)
+            assert actual[name].dtype.kind in "UOT", name
+        else:
+            assert actual[name].dtype == expected[name].dtype
 
 
 @pytest.mark.parametrize(
