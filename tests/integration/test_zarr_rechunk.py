@@ -201,11 +201,6 @@ def two_stage_whole(geos, tmp_path_factory):
     return _store_files(whole)
 
 
-def _run_in_process(args):
-    plan, k = args
-    return rz.run_unit(plan, k)
-
-
 @pytest.mark.parametrize("order", ["reversed", "random", "parallel"])  # parallel: 4 processes, reversed
 def test_units_of_a_two_stage_plan_run_in_any_order_across_stages(geos, tmp_path, two_stage_whole, order):
     dst = tmp_path / "fanned.zarr"
@@ -219,11 +214,24 @@ def test_units_of_a_two_stage_plan_run_in_any_order_across_stages(geos, tmp_path
         random.Random(3).shuffle(ids)
     if order == "parallel":
         # Separate processes, more of them than cores, sharing one store: concurrent writers
-        # of the same intermediate chunks and readers of chunks being rewritten.
-        import multiprocessing
+        # of the same intermediate chunks and readers of chunks being rewritten. Plain interpreters
+        # (a multiprocessing Pool started from this long-lived test process sometimes never handed
+        # its workers their tasks), each taking every 4th unit of the reversed order.
+        import subprocess
+        import sys
 
-        with multiprocessing.get_context("spawn").Pool(4) as pool:
-            results = pool.map(_run_in_process, [(plan, k) for k in ids], chunksize=1)
+        plan_path = tmp_path / "plan.json"
+        plan_path.write_text(json.dumps(plan))
+        script = ("import json, sys\nfrom layoutlab.convert import rechunk_zarr as rz\n"
+                  "plan = json.load(open(sys.argv[1]))\n"
+                  "print(json.dumps([rz.run_unit(plan, int(k)) for k in sys.argv[2:]], default=str))\n")
+        workers = [subprocess.Popen([sys.executable, "-c", script, str(plan_path), *map(str, ids[i::4])],
+                                    stdout=subprocess.PIPE, text=True) for i in range(4)]
+        results = []
+        for worker in workers:
+            out, _ = worker.communicate(timeout=600)
+            assert worker.returncode == 0
+            results += json.loads(out)
     else:
         results = [rz.run_unit(plan, k) for k in ids]
     ran_early = [j for r in results for j in r["ran_earlier"]]
