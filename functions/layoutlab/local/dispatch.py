@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from layoutlab.local import sfn_adapter
+from layoutlab.local.cloud import LOCAL_CREDENTIALS
 
 LOG = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
         "AWS_ENDPOINT_URL_S3": moto_endpoint,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
-        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        # the local cloud's stand-ins, never the user's own credentials (moto takes any)
+        **LOCAL_CREDENTIALS,
         "AWS_EC2_METADATA_DISABLED": "true",
         "LAYOUTLAB_ENV": "local",
         "LAYOUTLAB_INGEST_BUCKET": INGEST_BUCKET,
