@@ -60,8 +60,8 @@ python:
 	  exit 1; \
 	fi
 
-# (the editable install also compiles repack's C code, functions/layoutlab/convert/_fastcopy.c and
-# _native_repack.c, in place; and byte-compiles the package as a regular install does: without
+# (the editable install also compiles repack's C code, functions/layoutlab/convert/_fastcopy.c,
+# in place; and byte-compiles the package as a regular install does: without
 # .pyc files every command would compile its modules again at each start, ~15 ms for
 # `layoutlab repack`). A .venv of another Python (an older checkout's 3.11) is replaced.
 $(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python

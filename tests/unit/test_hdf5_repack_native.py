@@ -1,4 +1,4 @@
-"""The native repack engine (_native_repack.c): the same file as the Python engine, without h5py or numpy.
+"""The native repack engine (in _fastcopy.c): the Python engine's design, without h5py or numpy.
 
 The round-trip table (test_hdf5_repack_roundtrip.py) runs every case through it
 too; here: the benchmark's kinds of input, the command line's start-up, and what
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from layoutlab.convert import repack_native
-from layoutlab.convert.repack_hdf5 import repack
+from layoutlab.convert.repack import repack
 from layoutlab.errors import BadInputFile
 from layoutlab.samples import geos
 from repack_helpers import h5dump_p, require_c_code, write_progress_input, write_sample
@@ -27,7 +27,7 @@ PAGE = 1 << 20
 @pytest.fixture(autouse=True)
 def native_engine(monkeypatch):
     monkeypatch.delenv("LAYOUTLAB_NATIVE_REPACK", raising=False)
-    monkeypatch.setenv("LAYOUTLAB_REPACK_ENGINE", "native")  # (opt-in since issue 15)
+    monkeypatch.delenv("LAYOUTLAB_REPACK_ENGINE", raising=False)  # (the default engine)
     require_c_code()
 
 
@@ -38,8 +38,8 @@ def _cli(*args, env=None):
 
 @pytest.mark.parametrize("sample", ["atl03", "geos"])
 def test_the_native_engine_writes_a_copy_that_verifies(tmp_path, sample):
-    """(Since issue 15 the default engine is H5Ocopy-based: the two engines no longer write
-    byte-identical files; each output must pass --verify.)"""
+    """(Both engines copy with H5Ocopy what does not change; their files need not be byte-identical,
+    each output must pass --verify.)"""
     src = tmp_path / "in.h5"
     write_sample(sample, src)
     summary = repack(src, tmp_path / "out.h5", page_size=1 << 20, verify=True)
@@ -67,7 +67,7 @@ def test_what_the_native_engine_declines_the_python_engine_writes_and_says_why(t
     done = _cli(src, tmp_path / "out.h5")
     assert done.returncode == 0, done.stderr
     assert "python engine" in done.stdout
-    assert "note: written by the Python engine: the native engine declined: /alias is a soft or external link" in done.stdout
+    assert "note: written by the Python engine: the native engine declined: /alias is a soft, external or user-defined link" in done.stdout
     with h5py.File(tmp_path / "out.h5") as f:
         assert f.get("alias", getlink=True).path == "/data"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["links.h5", "out.h5"]
@@ -85,14 +85,14 @@ def test_a_damaged_file_is_named_with_the_reason_and_nothing_is_written(tmp_path
     assert len(message) == 1 and str(src) in message[0] and "truncated" in message[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.h5"]
     with pytest.raises(BadInputFile, match="truncated"):
-        repack_native.repack(src, tmp_path / "out.h5")
+        repack(src, tmp_path / "out.h5")
 
 
 def test_progress_counts_every_stored_byte_once(tmp_path):
     src = tmp_path / "in.h5"
     stored = write_progress_input(src, contiguous=True)
     reported = []
-    summary = repack_native.repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
+    summary = repack(src, tmp_path / "out.h5", page_size=PAGE, progress=reported.append)
     assert summary.engine == "native"
     assert sum(reported) == stored
 
@@ -102,7 +102,7 @@ def test_it_can_be_turned_off(tmp_path, monkeypatch):
     with h5py.File(src, "w") as f:
         f["v"] = np.arange(10)
     monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
-    summary = repack_native.repack(src, tmp_path / "out.h5")
+    summary = repack(src, tmp_path / "out.h5")
     assert summary.engine == "python"
     assert summary.notes == ["written by the Python engine: the native engine is turned off (LAYOUTLAB_NATIVE_REPACK=0)"]
 
@@ -123,3 +123,25 @@ def test_a_damaged_chunk_found_by_verify_is_named_and_nothing_is_written(tmp_pat
     assert summary.verified
     with h5py.File(src) as a, h5py.File(tmp_path / "out.h5") as b:
         assert a["v"].id.read_direct_chunk((30_000,)) == b["v"].id.read_direct_chunk((30_000,))
+
+
+def test_a_native_copy_that_fails_verify_is_thrown_away_and_the_python_engine_writes_it(tmp_path, monkeypatch):
+    """A difference --verify finds in the native engine's copy is our bug, never the input's: the
+    user still gets a verified copy, and the summary says what happened."""
+    from layoutlab.convert import repack_hdf5
+
+    src = tmp_path / "in.h5"
+    write_sample("geos", src)
+    real_compare, calls = repack_hdf5.compare_files, []
+
+    def first_copy_differs(a, b):
+        calls.append(b)
+        return ["/BCEXTTAU: values differ (simulated)"] if len(calls) == 1 else real_compare(a, b)
+
+    monkeypatch.setattr(repack_hdf5, "compare_files", first_copy_differs)
+    summary = repack(src, tmp_path / "out.h5", page_size=PAGE, verify=True)
+    assert summary.engine == "python" and summary.verified and len(calls) == 2
+    assert "the native engine wrote a copy that failed --verify" in summary.notes[-1]
+    assert "values differ (simulated)" in summary.notes[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5", "out.h5"]
+

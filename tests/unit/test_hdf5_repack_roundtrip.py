@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from layoutlab.convert import repack_hdf5
-from layoutlab.convert.repack_hdf5 import compare_files, repack
+from layoutlab.convert.repack import repack
+from layoutlab.convert.repack_hdf5 import compare_files
 from layoutlab.errors import BadInputFile, UserError
 from repack_helpers import h5dump_p, require_c_code
 
@@ -21,16 +22,18 @@ PAGE = 1 << 20  # 1 MiB pages keep test files small
 ENGINE = {"mode": None}
 
 
-@pytest.fixture(autouse=True, params=["h5ocopy", "h5ocopy-python-loops", "native"])
+@pytest.fixture(autouse=True, params=["python", "python-loops", "native"])
 def engine(request, monkeypatch):
-    """Every case runs by the default engine (H5Ocopy of the tree, datasets that must change made
-    anew; raw chunk loops in C or in Python), and by the native engine (_native_repack.c, opt-in
-    with LAYOUTLAB_REPACK_ENGINE=native; a case it declines is written by the default engine, and
-    says so). Each output must pass --verify."""
+    """Every case runs by the Python engine (H5Ocopy of what does not change, datasets that must
+    change made anew; raw chunk loops in C or in Python) and by the native engine (the default:
+    the same design in C, _fastcopy.c; a case it declines is written by the Python engine,
+    which says so). Each output must pass --verify."""
     if request.param == "native":
-        monkeypatch.setenv("LAYOUTLAB_REPACK_ENGINE", "native")
+        monkeypatch.delenv("LAYOUTLAB_REPACK_ENGINE", raising=False)
         require_c_code()
-    if request.param == "h5ocopy-python-loops":
+    else:
+        monkeypatch.setenv("LAYOUTLAB_REPACK_ENGINE", "python")
+    if request.param == "python-loops":
         monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
     ENGINE["mode"] = request.param
     yield request.param

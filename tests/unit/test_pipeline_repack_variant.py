@@ -42,6 +42,10 @@ def test_the_variant_item_says_which_engine_wrote_the_copy(cloud, tmp_path, soft
     convert_variant(task, s3=s3, store=store)
     item = store.get_variant("ds", SPEC["name"])
     assert item["status"] == "READY" and item["repack"]["verified"]
-    # (issue 15: the default engine is the H5Ocopy-based one, named "python"; native is opt-in)
-    assert item["repack"]["engine"] == "python" and item["repack"]["notes"] == []
     assert item["repack"]["chunks_copied_raw"] == 10
+    if soft_link:  # the native engine declines a soft link: the Python engine wrote it, and the item says why
+        assert item["repack"]["engine"] == "python"
+        assert item["repack"]["notes"] == ["written by the Python engine: the native engine declined: "
+                                           "/alias is a soft, external or user-defined link"]
+    else:
+        assert item["repack"]["engine"] == "native" and item["repack"]["notes"] == []

@@ -26,10 +26,13 @@ def register(subparsers) -> None:
             "  layoutlab repack atl03.h5 out.h5 --target-chunk-bytes 400KB   # 10,000 -> 100,000 photons (f4)\n"
             "  layoutlab repack atl03.h5 out.h5 --chunks gt1l/heights/h_ph=100000 --chunks gt1r/heights/h_ph=100000\n"
             "\n"
-            "how: HDF5 copies the whole tree (H5Ocopy: stored chunks undecoded, attributes, committed types,\n"
-            "links); datasets that must change (COMPACT, unlimited, rechunked, variable-length fill value)\n"
-            "are then made anew, and every reference is pointed at its target's copy. OUT is compared\n"
+            "how: HDF5 copies what does not change (H5Ocopy: stored chunks undecoded, attributes, committed\n"
+            "types, links); datasets that must change (COMPACT, unlimited, rechunked, variable-length fill\n"
+            "value) are made anew, and every reference is pointed at its target's copy. OUT is compared\n"
             "with IN before it is renamed into place unless --no-verify.\n"
+            "engines: a C engine (no h5py/numpy start-up) writes the copy when no rechunking is asked for\n"
+            "and it supports everything in the file; otherwise the Python engine does, and the summary\n"
+            "says why. LAYOUTLAB_REPACK_ENGINE=python forces the Python engine.\n"
         ),
     )
     parser.add_argument("input", metavar="IN", help="HDF5 or NetCDF-4 file to read (never modified)")
@@ -61,7 +64,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     # (not repack_hdf5: that imports h5py and numpy, which the native engine does without)
     from layoutlab.convert.repack_common import parse_chunk_spec, parse_size
-    from layoutlab.convert.repack_native import repack
+    from layoutlab.convert.repack import repack
     from layoutlab.errors import UserError
     from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
 

@@ -46,6 +46,8 @@ enum { H5F_CLOSE_STRONG = 3 };
 enum { H5F_LIBVER_V110 = 2 };
 enum { H5F_FSPACE_STRATEGY_PAGE = 1 };
 enum { H5O_INFO_BASIC = 0x0001 };
+enum { H5O_TYPE_GROUP = 0, H5O_TYPE_DATASET = 1, H5O_TYPE_NAMED_DATATYPE = 2 };
+enum { H5D_FILL_VALUE_USER_DEFINED = 2 };
 
 typedef struct {
     uint8_t data[16];
@@ -178,22 +180,27 @@ typedef herr_t (*link_iter_op)(hid_t group, const char *name, const H5L_info2_t 
     X(int, Pget_layout, (hid_t dcpl))                                                                            \
     X(herr_t, Pset_layout, (hid_t dcpl, int layout))                                                             \
     X(int, Pget_chunk, (hid_t dcpl, int max_rank, hsize_t *dims))                                                \
-    X(herr_t, Pset_chunk, (hid_t dcpl, int rank, const hsize_t *dims))
+    X(herr_t, Pset_chunk, (hid_t dcpl, int rank, const hsize_t *dims))                                          \
+    X(herr_t, Pfill_value_defined, (hid_t dcpl, int *status))                                                    \
+    X(int, Pget_external_count, (hid_t dcpl))                                                                    \
+    X(herr_t, Pset_char_encoding, (hid_t plist, int encoding))                                                   \
+    X(herr_t, Pset_copy_object, (hid_t plist, unsigned flags))                                                   \
+    X(herr_t, Ocopy, (hid_t src_loc, const char *src_name, hid_t dst_loc, const char *dst_name, hid_t ocpypl,   \
+                      hid_t lcpl))                                                                               \
+    X(herr_t, Dget_num_chunks, (hid_t dset, hid_t fspace, hsize_t *nchunks))
 
 #define HDF5_DECLARE_SLOT(ret, name, params) ret(*name) params;
 struct hdf5_api {
     HDF5_FUNCTIONS(HDF5_DECLARE_SLOT)
     /* library globals (identifiers valid once H5open has run) */
-    hid_t *P_CLS_FILE_CREATE, *P_CLS_FILE_ACCESS, *T_STD_REF_OBJ, *T_NATIVE_INT, *T_NATIVE_UINT;
+    hid_t *P_CLS_FILE_CREATE, *P_CLS_FILE_ACCESS, *T_STD_REF_OBJ, *T_NATIVE_INT, *T_NATIVE_UINT, *P_CLS_OBJECT_COPY,
+        *P_CLS_LINK_CREATE;
 };
 extern struct hdf5_api h5;
 
 /* (include after Python.h) */
 
-/* _native_repack.c */
-PyObject *native_repack_file(PyObject *self, PyObject *args);
-
-/* _fastcopy.c, shared with _native_repack.c */
+/* _fastcopy.c: the loops the native engine shares with the Python engine */
 int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_bytes, size_t max_gap,
                            PyObject *progress, unsigned long long *copied, unsigned long long *bytes);
 int fastcopy_plain_attributes(hid_t src, hid_t dst, int index_type, int order, unsigned long long *position,

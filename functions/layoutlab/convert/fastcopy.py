@@ -1,4 +1,4 @@
-"""layoutlab repack's C code (``_fastcopy.c``, ``_native_repack.c``), bound to the HDF5 library h5py links.
+"""layoutlab repack's C code (``_fastcopy.c``, one module), bound to the HDF5 library h5py links.
 
 Two uses: the C loops of the Python engine (``copy_chunks``,
 ``copy_plain_attributes``, called with h5py's identifiers) and the native engine

@@ -2,7 +2,8 @@
 
 The native engine (repack_native.py) runs in a process that never imports h5py
 or numpy (their import alone costs ~0.1 s of a repack that h5repack does in
-~0.5 s); everything it needs from the Python engine's module lives here.
+~0.5 s); everything it and the dispatch (repack.py) need from the Python engine's
+module lives here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from layoutlab.errors import BadInputFile, UserError
 from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset
+from layoutlab.units import parse_size  # noqa: F401  (the one size parser; re-exported for the engines' callers)
 
 MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 8 * MiB
@@ -34,24 +36,6 @@ READ_GAP_BYTES = 64 * 1024
 SOURCE_CHUNK_CACHE = 64 * MiB
 
 
-def parse_size(text: str | int) -> int:
-    """``"8MiB"`` / ``"4 MB"`` / ``"65536"`` -> bytes."""
-    if isinstance(text, int):
-        return text
-    units = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6, "mib": MiB,
-             "g": 10**9, "gb": 10**9, "gib": 1 << 30}
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("kmgib")
-    unit = cleaned[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (examples: 8MiB, 4MB, 65536)") from None
-    if unit not in units or value <= 0:
-        raise ValueError(f"not a size: {text!r} (examples: 8MiB, 4MB, 65536)")
-    return int(value * units[unit])
-
-
 def parse_chunk_spec(spec: str) -> tuple[str, tuple[int, ...]]:
     """``"gt1l/heights/h_ph=100000"`` -> (``"/gt1l/heights/h_ph"``, (100000,))."""
     name, sep, shape = spec.partition("=")
@@ -70,7 +54,7 @@ class RepackSummary:
 
     def __init__(self, input: str, output: str, page_size: int, engine: str = "python", input_bytes: int = 0):
         self.input, self.output, self.page_size = input, output, page_size
-        self.engine = engine  # which wrote the copy: "native" (_native_repack.c) or "python" (repack_hdf5.py)
+        self.engine = engine  # which wrote the copy: "native" (_fastcopy.c) or "python" (repack_hdf5.py)
         self.input_bytes = input_bytes
         self.output_bytes = 0
         self.seconds = 0.0
@@ -121,8 +105,6 @@ def partial_output_remover(out):
     return remove
 
 
-
-
 def checked_options(in_path, out_path, page_size, target_chunk_bytes=None):
     """(input path, output path, page size, target chunk bytes) parsed and checked; ``UserError`` naming
     the option or file when one is wrong. The input is checked to exist and look like HDF5 only."""
@@ -132,9 +114,15 @@ def checked_options(in_path, out_path, page_size, target_chunk_bytes=None):
         raise UserError(f"--page-size {page_size}: must be at least 512 bytes")
     if target_chunk_bytes is not None:
         target_chunk_bytes = parse_size(target_chunk_bytes)
+        if target_chunk_bytes <= 0:
+            raise UserError(f"--target-chunk-bytes {target_chunk_bytes}: must be positive")
         if target_chunk_bytes > page_size:
             raise UserError(f"--target-chunk-bytes {target_chunk_bytes}: larger than the page size {page_size}")
     check_signature(in_path)
     if out_path.exists() and out_path.resolve() == in_path.resolve():
         raise UserError(f"{out_path}: output would overwrite the input")
     return in_path, out_path, page_size, target_chunk_bytes
+
+
+class CopyDiffers(UserError):
+    """``--verify`` found the copy different from the input (the input read fine: the copier is at fault)."""

@@ -38,6 +38,7 @@ from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the m
     READ_GAP_BYTES,
     READ_SPAN_BYTES,
     SOURCE_CHUNK_CACHE,
+    CopyDiffers,
     RepackSummary,
     check_signature,
     checked_options,
@@ -69,9 +70,8 @@ def repack(
     chunks: dict[str, tuple[int, ...]] | None = None,
     verify: bool = False,
     progress=None,
-    native: bool = True,
 ) -> RepackSummary:
-    """Repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
+    """The Python engine: repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
 
     ``target_chunk_bytes`` grows the chunks of chunked datasets along their
     first axis (10,000 -> 100,000 photons with 400 kB for float32) up to that
@@ -80,14 +80,9 @@ def repack(
     number of source bytes handled. Writes to a temporary name next to
     ``out_path`` and renames it, so a failure leaves no ``out_path`` behind.
 
-    With ``native`` (the default) this is ``repack_native.repack``: the native
-    engine writes the copy when it can (no rechunking asked for, nothing it
-    declines); otherwise this module's Python engine does, and ``notes`` says why.
+    ``layoutlab.convert.repack.repack`` is what callers use: it runs the native engine
+    when it can and this one otherwise.
     """
-    if native:  # (it tries the native engine, then comes back here with native=False if it must)
-        from layoutlab.convert import repack_native
-
-        return repack_native.repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
     check_input(in_path)
@@ -134,7 +129,7 @@ def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
         problems = compare_files(in_path, copy_path)
     summary.verify_seconds = time.perf_counter() - started
     if problems:
-        raise UserError(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
+        raise CopyDiffers(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     summary.verified = True
 

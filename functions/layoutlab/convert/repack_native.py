@@ -1,17 +1,15 @@
-"""The native repack engine (``_native_repack.c``), run from Python without importing h5py or numpy.
+"""The native repack engine (the native engine of ``_fastcopy.c``), run from Python without importing h5py or numpy.
 
-``repack`` here is what ``layoutlab repack`` calls: the native engine writes the
-copy when it can; when it cannot (rechunking asked for, a feature it declines,
-the extension not built, or a failure such as a damaged input) the Python engine
-of repack_hdf5.py runs instead, which is the only place h5py and numpy are
-imported. So a repack the native engine does costs no more start-up than
-h5repack's: measured in benchmarks/bench_repack.py.
-
-Since issue 15 the default engine is repack_hdf5's (HDF5's H5Ocopy of the whole tree, then only
-what must change made anew): on the shared corpus of third-party files it preserves every file
-the native engine got wrong. The native engine runs only when asked
-(``LAYOUTLAB_REPACK_ENGINE=native``, for benchmarks/bench_repack.py); ``LAYOUTLAB_NATIVE_REPACK=0``
-turns it off (``LAYOUTLAB_FASTCOPY=0`` turns off all C code).
+It follows the Python engine's design (repack_hdf5.py): HDF5's ``H5Ocopy`` copies every object
+that does not change, in one call per member (a whole subtree at once); only the datasets that
+must change (COMPACT -> CONTIGUOUS, unlimited -> fixed) and the groups on the way to them are
+made anew, and the references H5Ocopy leaves pointing at the source are pointed at the copies.
+What it does not do it declines before writing anything (soft/external links, objects linked
+twice, committed datatypes, reference data, variable-length fill values, a user block,
+rechunking): the Python engine then writes the copy (the dispatch, repack.py, says so in
+``notes``). So a repack it can do costs no more start-up than h5repack's (measured in
+benchmarks/bench_repack.py). ``LAYOUTLAB_NATIVE_REPACK=0`` turns it off
+(``LAYOUTLAB_FASTCOPY=0`` turns off all C code).
 """
 
 from __future__ import annotations
@@ -24,13 +22,11 @@ from layoutlab.convert import fastcopy
 from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.convert.repack_common import (
     BLOCK_BYTES,
-    DEFAULT_PAGE_SIZE,
     METADATA_CACHE_BYTES,
     READ_GAP_BYTES,
     READ_SPAN_BYTES,
     SOURCE_CHUNK_CACHE,
     RepackSummary,
-    checked_options,
     partial_output,
 )
 
@@ -45,9 +41,11 @@ def unavailable_reason() -> str | None:
     return f"is unavailable: C code {reason}" if reason else None
 
 
-def repack_natively(in_path, out_path, page_size: int, verify: bool = False, progress=None) -> RepackSummary | str:
+def repack_natively(in_path, out_path, page_size: int, verify=None, progress=None) -> RepackSummary | str:
     """Repack with the native engine (options already checked); the summary, or why it did not
-    (``"declined: ..."``, ``"failed: ..."``, ``"is unavailable: ..."``), in which case nothing is left behind."""
+    (``"declined: ..."``, ``"failed: ..."``, ``"is unavailable: ..."``), in which case nothing is left
+    behind. ``verify(copy_path, summary)``, when given, checks the copy before it is renamed into
+    place (it raises to reject it; the copy is then removed)."""
     reason = unavailable_reason()
     if reason:
         return reason
@@ -77,33 +75,11 @@ def repack_natively(in_path, out_path, page_size: int, verify: bool = False, pro
         for name, value in result.items():
             setattr(summary, name, value)
         summary.seconds = time.perf_counter() - started
-        if verify:
-            from layoutlab.convert.repack_hdf5 import verify_copy  # (h5py: only to verify)
-
-            verify_copy(in_path, tmp, summary)
+        if verify is not None:
+            verify(tmp, summary)
         os.replace(tmp, out_path)
     finally:
         if tmp.exists():
             tmp.unlink()
     summary.output_bytes = out_path.stat().st_size
-    return summary
-
-
-def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,
-           verify: bool = False, progress=None) -> RepackSummary:
-    """``repack_hdf5.repack``, importing h5py and numpy only when the Python engine has to run."""
-    in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
-                                                                        target_chunk_bytes)
-    declined = None
-    if target_chunk_bytes is None and not chunks and os.environ.get("LAYOUTLAB_REPACK_ENGINE") == "native":
-        done = repack_natively(in_path, out_path, page_size, verify=verify, progress=progress)
-        if isinstance(done, RepackSummary):
-            return done
-        declined = done
-    from layoutlab.convert.repack_hdf5 import repack as repack_in_python
-
-    summary = repack_in_python(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
-                               native=False)
-    if declined:
-        summary.notes.append(f"written by the Python engine: the native engine {declined}")
     return summary

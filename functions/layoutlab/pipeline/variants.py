@@ -174,7 +174,7 @@ def _icechunk_native(task: dict, s3, memory_mb: int | None) -> dict:
 
 
 def _repack(task: dict, s3) -> dict:
-    from layoutlab.convert.repack_hdf5 import repack
+    from layoutlab.convert.repack import repack
     from layoutlab.guard import run_guarded
 
     spec = task["variant"]
