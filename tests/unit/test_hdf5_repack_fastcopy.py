@@ -62,3 +62,44 @@ def test_chunks_that_cannot_be_read_raise_oserror_and_write_nothing(tmp_path, c_
             assert target.id.get_num_chunks() == 0
     finally:
         os.close(fd)
+
+
+def _chunked(path, mib):
+    """A dataset of ``mib`` MiB in 512 KiB chunks: two per 1 MiB read span."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.random.default_rng(7).normal(size=mib * (1 << 17)), chunks=(1 << 16,))
+
+
+@pytest.mark.parametrize("mib", [2, 24])  # under and over READ_AHEAD_MIN_BYTES (8 MiB): in line / read-ahead thread
+def test_stored_chunks_are_copied_byte_for_byte_with_and_without_read_ahead(tmp_path, c_loops, mib):
+    src = tmp_path / "in.h5"
+    _chunked(src, mib)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with h5py.File(src, "r") as f, h5py.File(tmp_path / "out.h5", "w") as out:
+            target = out.create_dataset("x", shape=f["x"].shape, dtype="f8", chunks=(1 << 16,))
+            copied, read = fastcopy.copy_chunks(f["x"].id, target.id, fd, 1, 1 << 20, 64 << 10)
+            chunks = f["x"].id.get_num_chunks()
+            assert copied == chunks == target.id.get_num_chunks() == 2 * mib and read == mib << 20
+            for i in range(chunks):
+                offset = f["x"].id.get_chunk_info(i).chunk_offset
+                assert target.id.read_direct_chunk(offset) == f["x"].id.read_direct_chunk(offset)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_that_ends_midway_stops_the_read_ahead_with_the_reason(tmp_path, c_loops):
+    """The reader thread meets the end of the file after a few spans: the copy stops with the
+    reason, and no chunk past that point is written."""
+    src, cut = tmp_path / "in.h5", tmp_path / "cut.h5"
+    _chunked(src, 24)
+    cut.write_bytes(src.read_bytes()[: 10 << 20])
+    fd = os.open(cut, os.O_RDONLY)
+    try:
+        with h5py.File(src, "r") as f, h5py.File(tmp_path / "out.h5", "w") as out:
+            target = out.create_dataset("x", shape=f["x"].shape, dtype="f8", chunks=(1 << 16,))
+            with pytest.raises(OSError, match="beyond the end of the file"):
+                fastcopy.copy_chunks(f["x"].id, target.id, fd, 1, 1 << 20, 64 << 10)
+            assert 0 < target.id.get_num_chunks() < f["x"].id.get_num_chunks()
+    finally:
+        os.close(fd)

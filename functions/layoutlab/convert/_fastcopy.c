@@ -22,6 +22,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -130,12 +131,80 @@ static int read_fully(int fd, char *buffer, size_t length, off_t position) {
     return 1;
 }
 
+/* --- reading ahead --------------------------------------------------------------------------
+ *
+ * A run of neighbouring chunks ("span") is read with one pread into one of two buffers by a
+ * reader thread while the caller's thread hands the previous span to HDF5 (H5Dwrite_chunk): the
+ * copy from the page cache into the buffer then runs on another core. Measured on the GEOS-like
+ * 1 GB file, reading is ~30 % of a repack (dd: 0.12 s read, 0.29 s write), all of it overlapped
+ * when a second core is free; on one core the two take turns as before. The reader thread touches
+ * neither Python nor HDF5. Datasets under READ_AHEAD_MIN_BYTES are read in line (a thread costs
+ * tens of microseconds; an ATL03 granule has hundreds of small datasets). */
+
+#define READ_AHEAD_MIN_BYTES (8u << 20)
+
+typedef struct {
+    haddr_t start, end;
+    size_t first, last; /* chunks [first, last) of the sorted list */
+} span_t;
+
+typedef struct {
+    int fd;
+    const span_t *spans;
+    size_t nspans;
+    char *buffers[2];
+    size_t sizes[2];
+    int state[2]; /* 0: free for the reader, 1: holds span span_of[b], -1: the read failed (errnum), -2: past the end */
+    size_t span_of[2];
+    int errnum[2], stop;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+} read_ahead_t;
+
+/* Read `span` into buffer `b` (grown as needed); 1 read, 0 past the end of the file, -1 errno/no memory. */
+static int read_span(read_ahead_t *ra, int b, const span_t *span) {
+    size_t length = (size_t)(span->end - span->start);
+    if (length > ra->sizes[b]) {
+        char *grown = realloc(ra->buffers[b], length);
+        if (!grown) {
+            errno = ENOMEM;
+            return -1;
+        }
+        ra->buffers[b] = grown;
+        ra->sizes[b] = length;
+    }
+    return read_fully(ra->fd, ra->buffers[b], length, (off_t)span->start);
+}
+
+static void *read_ahead(void *arg) {
+    read_ahead_t *ra = arg;
+    for (size_t k = 0; k < ra->nspans; k++) {
+        int b = (int)(k & 1);
+        pthread_mutex_lock(&ra->lock);
+        while (ra->state[b] != 0 && !ra->stop) pthread_cond_wait(&ra->changed, &ra->lock);
+        int stop = ra->stop;
+        pthread_mutex_unlock(&ra->lock);
+        if (stop) break;
+        int got = read_span(ra, b, &ra->spans[k]); /* (buffer b is the reader's while its state is 0) */
+        int errnum = got < 0 ? errno : 0;
+        pthread_mutex_lock(&ra->lock);
+        ra->span_of[b] = k;
+        ra->errnum[b] = got < 0 ? errnum : 0;
+        ra->state[b] = got > 0 ? 1 : (got < 0 ? -1 : -2);
+        pthread_cond_broadcast(&ra->changed);
+        pthread_mutex_unlock(&ra->lock);
+        if (got <= 0) break;
+    }
+    return NULL;
+}
+
 /* Every stored chunk of `src` written unchanged (same offset, same filter mask)
  * into `dst`, which has the same chunk shape. Chunks are located with one
  * H5Dchunk_iter pass and read front to back from `fd` (the source file),
- * neighbours closer than max_gap in one pread of up to span_bytes. progress, if
- * not None, is called with the bytes read every 16 MiB and at the end.
- * 0 on success; -1 with a Python exception set. */
+ * neighbours closer than max_gap in one pread of up to span_bytes, read ahead by
+ * another thread (above). progress, if not None, is called with the bytes read
+ * every 16 MiB and at the end. 0 on success; -1 with a Python exception set. */
 int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_bytes, size_t max_gap,
                            PyObject *progress, unsigned long long *copied_out, unsigned long long *bytes_out) {
     if (rank < 1 || rank > 32) {
@@ -143,9 +212,11 @@ int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_b
         return -1;
     }
     chunk_list list = {.rank = rank};
-    char *buffer = NULL;
-    size_t buffer_size = 0;
-    unsigned long long copied = 0, bytes = 0, unreported = 0;
+    span_t *spans = NULL;
+    size_t nspans = 0;
+    read_ahead_t ra = {.fd = fd};
+    int threaded = 0;
+    unsigned long long copied = 0, bytes = 0, unreported = 0, total = 0;
     int status = -1;
 
     if (h5.Dchunk_iter(src, H5P_DEFAULT, collect_chunk, &list) < 0) {
@@ -154,6 +225,11 @@ int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_b
         goto done;
     }
     qsort(list.chunks, list.count, sizeof *list.chunks, by_address);
+    spans = malloc((list.count ? list.count : 1) * sizeof *spans);
+    if (!spans) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (size_t first = 0; first < list.count;) {
         /* one run of neighbours (the rule of _read_spans in repack_hdf5.py) */
         haddr_t start = list.chunks[first].address, end = start + list.chunks[first].size;
@@ -166,39 +242,69 @@ int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_b
             end = next->address + next->size;
             last++;
         }
-        size_t length = (size_t)(end - start);
-        if (length > buffer_size) {
-            char *grown = realloc(buffer, length);
-            if (!grown) {
-                PyErr_NoMemory();
-                goto done;
+        spans[nspans++] = (span_t){.start = start, .end = end, .first = first, .last = last};
+        total += end - start;
+        first = last;
+    }
+    ra.spans = spans;
+    ra.nspans = nspans;
+    if (nspans > 1 && total >= READ_AHEAD_MIN_BYTES && pthread_mutex_init(&ra.lock, NULL) == 0) {
+        if (pthread_cond_init(&ra.changed, NULL) == 0) {
+            pthread_t thread;
+            if (pthread_create(&thread, NULL, read_ahead, &ra) == 0) {
+                threaded = 1;
+                ra.thread = thread;
+            } else {
+                pthread_cond_destroy(&ra.changed);
+                pthread_mutex_destroy(&ra.lock);
             }
-            buffer = grown;
-            buffer_size = length;
+        } else {
+            pthread_mutex_destroy(&ra.lock);
         }
-        int got = read_fully(fd, buffer, length, (off_t)start);
-        if (got < 0) {
+    }
+    for (size_t k = 0; k < nspans; k++) {
+        const span_t *span = &spans[k];
+        int b = threaded ? (int)(k & 1) : 0, got, errnum;
+        if (threaded) {
+            pthread_mutex_lock(&ra.lock);
+            while (ra.state[b] == 0) pthread_cond_wait(&ra.changed, &ra.lock);
+            got = ra.state[b];
+            errnum = ra.errnum[b];
+            pthread_mutex_unlock(&ra.lock);
+        } else {
+            got = read_span(&ra, b, span);
+            errnum = got < 0 ? errno : 0;
+            if (got == 0) got = -2;
+        }
+        if (got == -1) {
+            errno = errnum;
             PyErr_SetFromErrno(PyExc_OSError);
             goto done;
         }
-        if (got == 0) {
+        if (got == -2) {
             PyErr_Format(PyExc_OSError, "chunks up to byte %llu lie beyond the end of the file",
-                         (unsigned long long)end);
+                         (unsigned long long)span->end);
             goto done;
         }
-        for (size_t i = first; i < last; i++) {
+        for (size_t i = span->first; i < span->last; i++) {
             located_chunk *chunk = &list.chunks[i];
             if (h5.Dwrite_chunk(dst, H5P_DEFAULT, chunk->mask, &list.offsets[chunk->index * rank],
-                                (size_t)chunk->size, buffer + (chunk->address - start)) < 0) {
+                                (size_t)chunk->size, ra.buffers[b] + (chunk->address - span->start)) < 0) {
                 PyErr_Format(PyExc_OSError, "cannot write the chunk stored at byte %llu (%llu bytes)",
                              (unsigned long long)chunk->address, (unsigned long long)chunk->size);
                 goto done;
             }
             copied++;
         }
+        if (threaded) {
+            pthread_mutex_lock(&ra.lock);
+            ra.state[b] = 0;
+            pthread_cond_broadcast(&ra.changed);
+            pthread_mutex_unlock(&ra.lock);
+        }
+        size_t length = (size_t)(span->end - span->start);
         bytes += length;
         unreported += length;
-        first = last;
         if (progress != Py_None && unreported >= (16u << 20)) {
             PyObject *r = PyObject_CallFunction(progress, "K", unreported);
             if (!r) goto done;
@@ -215,9 +321,20 @@ int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_b
     *bytes_out += bytes;
     status = 0;
 done:
+    if (threaded) {
+        pthread_mutex_lock(&ra.lock);
+        ra.stop = 1;
+        pthread_cond_broadcast(&ra.changed);
+        pthread_mutex_unlock(&ra.lock);
+        pthread_join(ra.thread, NULL);
+        pthread_cond_destroy(&ra.changed);
+        pthread_mutex_destroy(&ra.lock);
+    }
+    free(ra.buffers[0]);
+    free(ra.buffers[1]);
+    free(spans);
     free(list.chunks);
     free(list.offsets);
-    free(buffer);
     return status;
 }
 
