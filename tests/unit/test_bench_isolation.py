@@ -89,3 +89,56 @@ def test_forked_child_has_limits_timeout_and_its_own_failures():
     assert not slow.ok and slow.timed_out and "timed out after 1 s" in slow.error and slow.process_wall_s < 10
     broken = run_forked("json:loads", "{not json")
     assert not broken.ok and broken.error_type == "JSONDecodeError"
+
+
+def test_what_a_forked_child_prints_reaches_its_output(monkeypatch):
+    """The forked child ends with os._exit, which flushes nothing: its buffered prints must still be read."""
+    import io
+    import sys
+
+    # sys.stdout as Python makes it for a file or pipe without PYTHONUNBUFFERED: block-buffered, over fd 1
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False))))
+    result = run_forked("builtins:print", "printed by the forked child")
+    assert result.ok, result.error
+    assert "printed by the forked child" in result.output_tail
+
+
+def _runtime_bootstrap():
+    """local/runtime_bootstrap.py as the local runtime loads it: a script, not a module of the package."""
+    import importlib.util
+    from pathlib import Path
+
+    import layoutlab.local
+
+    path = Path(layoutlab.local.__file__).with_name("runtime_bootstrap.py")
+    spec = importlib.util.spec_from_file_location("runtime_bootstrap_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_local_runtime_reports_its_tasks_through_the_same_steps(tmp_path, monkeypatch):
+    """The bootstrap's tasks share the isolated child's outcome file; what differs is the runtime's own:
+    a Fargate command's non-zero exit is Step Functions' States.TaskFailed (no traceback), a result JSON
+    cannot hold is made a string, and any other failure is reported by its type with its traceback."""
+    import datetime
+    import json
+
+    bootstrap = _runtime_bootstrap()
+    request = {"target": "task:convert", "payload": None, "result_path": str(tmp_path / "outcome.json")}
+
+    def outcome(call):
+        monkeypatch.setattr(bootstrap, "call", call)
+        status = bootstrap.run_request(request)
+        return status, json.loads((tmp_path / "outcome.json").read_text())
+
+    def container_exits(_request):
+        raise bootstrap.TaskExit("essential container exited with code 3")
+
+    status, failed = outcome(container_exits)
+    assert status == 1 and failed["error_type"] == "States.TaskFailed" and failed["traceback"] is None
+    assert failed["error"] == "essential container exited with code 3" and failed["peak_rss_mb"] > 0
+    status, done = outcome(lambda _request: {"day": datetime.date(2024, 1, 2)})
+    assert status == 0 and done["result"] == {"day": "2024-01-02"}
+    status, broken = outcome(lambda _request: json.loads("{not json"))
+    assert status == 1 and broken["error_type"] == "JSONDecodeError" and "Traceback" in broken["traceback"]

@@ -37,7 +37,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -125,43 +124,11 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
             process = subprocess.Popen([sys.executable, "-m", "layoutlab.bench.isolation", request_path],
                                        stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                        env=child_env, close_fds=True)
-        timed_out = threading.Event()
-
-        def kill_on_timeout():
-            timed_out.set()
-            try:
-                process.kill()
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(timeout, kill_on_timeout) if timeout else None
-        if timer:
-            timer.start()
-        try:
-            _, status, usage = os.wait4(process.pid, 0)
-        finally:
-            if timer:
-                timer.cancel()
+        status, usage, timed_out = _wait(process.pid, timeout)
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
-        process_wall = time.perf_counter() - started
-        with open(output_path, "rb") as fh:
-            printed = fh.read()
-        tail = printed[-4000:].decode("utf-8", "replace")
-        if on_output is not None:
-            on_output(printed)
-        try:
-            with open(result_path) as fh:
-                outcome = json.load(fh)
-        except (OSError, ValueError):
-            outcome = None
-    peak = (outcome or {}).get("peak_rss_mb")
-    common = dict(returncode=process.returncode, process_wall_s=process_wall, user_cpu_s=usage.ru_utime,
-                  system_cpu_s=usage.ru_stime, peak_rss_mb=peak if peak is not None else usage.ru_maxrss / 1024.0,
-                  peak_rss_source="VmHWM" if peak is not None else "wait4 ru_maxrss (includes the parent image)",
-                  cpu=cpu,
-                  memory_mb=memory_mb, output_tail=tail, timed_out=timed_out.is_set(),
-                  env_keys=sorted((env or {}).keys()))
-    return result_of(target, outcome, common, timeout)
+        return _child_result(target, status, usage, time.perf_counter() - started, timed_out, result_path,
+                             output_path, forked=False, cpu=cpu, memory_mb=memory_mb, env=env, timeout=timeout,
+                             on_output=on_output)
 
 
 def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = None,
@@ -193,23 +160,9 @@ def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cp
             finally:
                 os._exit(code)
         status, usage, timed_out = _wait(pid, timeout)
-        process_wall = time.perf_counter() - started
-        with open(output_path, "rb") as fh:
-            printed = fh.read()
-        if on_output is not None:
-            on_output(printed)
-        try:
-            with open(result_path) as fh:
-                outcome = json.load(fh)
-        except (OSError, ValueError):
-            outcome = None
-    peak = (outcome or {}).get("peak_rss_mb")
-    common = dict(returncode=os.waitstatus_to_exitcode(status), process_wall_s=process_wall,
-                  user_cpu_s=usage.ru_utime, system_cpu_s=usage.ru_stime, peak_rss_mb=peak or 0.0,
-                  peak_rss_source="VmHWM (forked: includes the modules the parent imported)", cpu=cpu,
-                  memory_mb=memory_mb, output_tail=printed[-4000:].decode("utf-8", "replace"), timed_out=timed_out,
-                  env_keys=sorted((env or {}).keys()))
-    return result_of(target, outcome, common, timeout)
+        return _child_result(target, status, usage, time.perf_counter() - started, timed_out, result_path,
+                             output_path, forked=True, cpu=cpu, memory_mb=memory_mb, env=env, timeout=timeout,
+                             on_output=on_output)
 
 
 def _wait(pid: int, timeout: float | None):
@@ -225,6 +178,38 @@ def _wait(pid: int, timeout: float | None):
     finally:
         os.close(pidfd)
     return status, usage, not ready
+
+
+def _child_result(target: str, status: int, usage, process_wall: float, timed_out: bool, result_path: str,
+                  output_path: str, *, forked: bool, cpu: int | None, memory_mb: int | None,
+                  env: dict[str, str] | None, timeout: float | None, on_output) -> IsolatedResult:
+    """What an ended child left behind (its output, its outcome file) and what the parent saw of it, as a result.
+
+    Peak RSS is the child's own VmHWM from its outcome file. A forked child's includes the modules the
+    parent imported; a new interpreter that wrote no outcome falls back to wait4's ``ru_maxrss``, which
+    includes the parent's image (see the module's docstring)."""
+    with open(output_path, "rb") as fh:
+        printed = fh.read()
+    if on_output is not None:
+        on_output(printed)
+    try:
+        with open(result_path) as fh:
+            outcome = json.load(fh)
+    except (OSError, ValueError):
+        outcome = None
+    peak = (outcome or {}).get("peak_rss_mb")
+    if forked:
+        peak_rss, peak_source = peak or 0.0, "VmHWM (forked: includes the modules the parent imported)"
+    elif peak is not None:
+        peak_rss, peak_source = peak, "VmHWM"
+    else:
+        peak_rss, peak_source = usage.ru_maxrss / 1024.0, "wait4 ru_maxrss (includes the parent image)"
+    common = dict(returncode=os.waitstatus_to_exitcode(status), process_wall_s=process_wall,
+                  user_cpu_s=usage.ru_utime, system_cpu_s=usage.ru_stime, peak_rss_mb=peak_rss,
+                  peak_rss_source=peak_source, cpu=cpu, memory_mb=memory_mb,
+                  output_tail=printed[-4000:].decode("utf-8", "replace"), timed_out=timed_out,
+                  env_keys=sorted((env or {}).keys()))
+    return result_of(target, outcome, common, timeout)
 
 
 def result_of(target: str, outcome: dict | None, common: dict, timeout: float | None) -> IsolatedResult:
@@ -247,20 +232,25 @@ def result_of(target: str, outcome: dict | None, common: dict, timeout: float | 
                           traceback=None, **common)
 
 
-def _child(request_path: str) -> int:
-    with open(request_path) as fh:
-        request = json.load(fh)
-    # Pin and cap first, so even the imports run under the platform's limits.
+def run_in_this_process(request: dict, call, *, json_default=None,
+                        plain_failures: dict[type[BaseException], str] | None = None) -> int:
+    """In the task's process: pin it to ``request["cpu"]``, cap its memory at ``request["memory_mb"]``, run
+    ``call(request)`` and write its outcome to ``request["result_path"]``; the exit status (0: it worked).
+
+    One implementation for this module's child and the local runtime's bootstrap
+    (``local/runtime_bootstrap.py``, which passes its own ``call`` for handlers and tasks).
+    ``json_default`` is given to ``json.dumps`` for the result (None: a result that is not JSON
+    is an error). ``plain_failures`` maps exception types to the error type they are reported
+    as, with their message alone and no traceback (a Fargate task's non-zero exit).
+    """
+    # Pin and cap first, so even the imports ``call`` makes run under the platform's limits.
     if request.get("cpu") is not None:
         os.sched_setaffinity(0, {int(request["cpu"])})
     if request.get("memory_mb"):
         limit = int(request["memory_mb"]) * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     try:
-        module_name, _, function_name = request["target"].partition(":")
-        function = getattr(importlib.import_module(module_name), function_name)
-        result = function(request["payload"])
-        outcome = {"ok": True, "result": result}
+        outcome = {"ok": True, "result": call(request)}
     except MemoryError as error:
         said = str(error)  # a child's own report, passed on by its parent, is not wrapped twice
         outcome = {"ok": False, "error_type": "MemoryError",
@@ -268,17 +258,36 @@ def _child(request_path: str) -> int:
                    f"memory limit of {request.get('memory_mb')} MB exceeded ({said or 'MemoryError'})",
                    "traceback": traceback.format_exc()}
     except BaseException as error:  # the parent decides what a failure means; report every kind
-        outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc()}
+        plain = next((name for kind, name in (plain_failures or {}).items() if isinstance(error, kind)), None)
+        if plain:
+            outcome = {"ok": False, "error_type": plain, "error": str(error), "traceback": None}
+        else:
+            outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
+                       "traceback": traceback.format_exc()}
     outcome["peak_rss_mb"] = peak_rss_mb()
     try:
-        text = json.dumps(outcome)
+        text = json.dumps(outcome, default=json_default)
     except (TypeError, ValueError) as error:
         text = json.dumps({"ok": False, "error_type": "TypeError", "peak_rss_mb": outcome["peak_rss_mb"],
                            "error": f"{request['target']} returned a value that is not JSON ({error})"})
     with open(request["result_path"], "w") as fh:
         fh.write(text)
+    # a forked task ends with os._exit, which flushes nothing: what it printed must reach its output file
+    sys.stdout.flush()
+    sys.stderr.flush()
     return 0 if outcome["ok"] else 1
+
+
+def _call_target(request: dict):
+    """``request["target"]`` ("module:function") called with ``request["payload"]``."""
+    module_name, _, function_name = request["target"].partition(":")
+    return getattr(importlib.import_module(module_name), function_name)(request["payload"])
+
+
+def _child(request_path: str) -> int:
+    with open(request_path) as fh:
+        request = json.load(fh)
+    return run_in_this_process(request, _call_target)
 
 
 if __name__ == "__main__":

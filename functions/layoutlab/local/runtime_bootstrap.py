@@ -32,7 +32,6 @@ import select
 import signal
 import sys
 import time
-import traceback
 
 KINDS = ("lambda", "fargate")
 # Imported in the init phase of a serving process, so a forked task starts with them loaded
@@ -76,14 +75,6 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def call(request: dict):
@@ -138,36 +129,17 @@ class TaskExit(Exception):
 
 
 def run_request(request: dict) -> int:
-    """In the task's process: pin, cap, call, write the outcome file; the exit status."""
-    if request.get("cpu") is not None:
-        os.sched_setaffinity(0, {int(request["cpu"])})
-    if request.get("memory_mb"):
-        limit = int(request["memory_mb"]) * 2**20
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    try:
-        outcome = {"ok": True, "result": call(request)}
-    except MemoryError as error:
-        said = str(error)  # a child's own report, passed on by its parent, is not wrapped twice
-        outcome = {"ok": False, "error_type": "MemoryError",
-                   "error": said if said.startswith("memory limit of") else
-                   f"memory limit of {request.get('memory_mb')} MB exceeded ({said or 'MemoryError'})",
-                   "traceback": traceback.format_exc()}
-    except TaskExit as error:
-        outcome = {"ok": False, "error_type": "States.TaskFailed", "error": str(error), "traceback": None}
-    except BaseException as error:  # the dispatcher decides what a failure means; report every kind
-        outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc()}
-    outcome["peak_rss_mb"] = peak_rss_mb()
-    try:
-        text = json.dumps(outcome, default=str)
-    except (TypeError, ValueError) as error:
-        text = json.dumps({"ok": False, "error_type": "TypeError", "peak_rss_mb": outcome["peak_rss_mb"],
-                           "error": f"{request['target']} returned a value that is not JSON ({error})"})
-    with open(request["result_path"], "w") as fh:
-        fh.write(text)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return 0 if outcome["ok"] else 1
+    """In the task's process: pin, cap, call, write the outcome file; the exit status.
+
+    The steps are the bench's isolated child's (``layoutlab.bench.isolation``), importable
+    here because ``set_sys_path`` has put the artifacts on ``sys.path``. What differs is this
+    runtime's: its ``call`` (handlers, the Fargate command), a result JSON cannot hold made
+    a string (``default=str``), and a Fargate command's non-zero exit reported as Step
+    Functions reports it.
+    """
+    from layoutlab.bench.isolation import run_in_this_process
+
+    return run_in_this_process(request, call, json_default=str, plain_failures={TaskExit: "States.TaskFailed"})
 
 
 def enter_task(request: dict) -> None:
