@@ -262,7 +262,9 @@ def counting_object_store(store, counter: RequestCounter, read_only: bool = True
 
 
 # -- the local S3 proxy's own counters -------------------------------------------
-def _http_json(method: str, url: str, payload: dict | None = None, timeout: float = 30) -> dict:
+def http_json(method: str, url: str, payload: dict | None = None, timeout: float = 30) -> dict:
+    """One JSON request to the proxy's control API (the local cloud's, ``local/cloud.py``, uses it too): the
+    decoded answer, ``{}`` for an empty one."""
     import urllib.request
 
     data = json.dumps(payload).encode() if payload is not None else None
@@ -288,7 +290,7 @@ class ProxyCounter:
                 spec["latency_ms"] = float(latency_ms)
             if bandwidth_mbps is not None:
                 spec["bandwidth_mbps"] = float(bandwidth_mbps)
-            self.client = _http_json("POST", self.control + "/clients", spec)
+            self.client = http_json("POST", self.control + "/clients", spec)
 
     @property
     def endpoint(self) -> str | None:
@@ -297,12 +299,12 @@ class ProxyCounter:
     def snapshot(self) -> dict | None:
         if not self.client:
             return None
-        return _proxy_counts(_http_json("GET", f"{self.control}/clients/{self.client['id']}"))
+        return _proxy_counts(http_json("GET", f"{self.control}/clients/{self.client['id']}"))
 
     def close(self) -> dict | None:
         if not self.client:
             return None
-        stats = _http_json("DELETE", f"{self.control}/clients/{self.client['id']}")
+        stats = http_json("DELETE", f"{self.control}/clients/{self.client['id']}")
         self.client = None
         return _proxy_counts(stats)
 

@@ -25,10 +25,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from layoutlab.bench.accounting import http_json
 from layoutlab.local.proxy import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS
 
 HOST = "127.0.0.1"
@@ -83,14 +83,6 @@ def pid_running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
-
-
-def _http_json(method: str, url: str, payload: dict | None = None, timeout: float = 30) -> dict:
-    data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        body = response.read()
-    return json.loads(body) if body else {}
 
 
 @dataclass
@@ -151,13 +143,13 @@ class LocalCloud:
         if not pid_running(self.pid):
             return False
         try:
-            _http_json("GET", self.control_url + "/status", timeout=5)
+            http_json("GET", self.control_url + "/status", timeout=5)
         except OSError:
             return False
         return True
 
     def status(self) -> dict:
-        status = _http_json("GET", self.control_url + "/status")
+        status = http_json("GET", self.control_url + "/status")
         return {**asdict(self), "moto_endpoint": self.moto_endpoint, "s3_endpoint": self.s3_endpoint,
                 "proxy": status}
 
@@ -170,25 +162,25 @@ class LocalCloud:
             spec["latency_ms"] = latency_ms
         if bandwidth_mbps is not None:
             spec["bandwidth_mbps"] = bandwidth_mbps
-        client = _http_json("POST", self.control_url + "/clients", spec)
+        client = http_json("POST", self.control_url + "/clients", spec)
         client["endpoint"] = f"http://{HOST}:{client['port']}"
         return client
 
     def client_stats(self, client_id: str = "default") -> dict:
-        return _http_json("GET", f"{self.control_url}/clients/{client_id}")
+        return http_json("GET", f"{self.control_url}/clients/{client_id}")
 
     def set_faults(self, **settings) -> dict:
         """Faults of the default client and of every client opened from now on (see ``proxy.Faults``);
         no arguments turns them off."""
-        return _http_json("POST", f"{self.control_url}/faults", settings)
+        return http_json("POST", f"{self.control_url}/faults", settings)
 
     def close_client(self, client_id: str) -> dict:
-        return _http_json("DELETE", f"{self.control_url}/clients/{client_id}")
+        return http_json("DELETE", f"{self.control_url}/clients/{client_id}")
 
     def reset(self) -> None:
         """Empty every moto backend and zero the default client's counters."""
-        _http_json("POST", self.moto_endpoint + "/moto-api/reset")
-        _http_json("POST", self.control_url + "/clients/default?action=reset")
+        http_json("POST", self.moto_endpoint + "/moto-api/reset")
+        http_json("POST", self.control_url + "/clients/default?action=reset")
 
     # -- lifecycle -------------------------------------------------------
     def stop(self, timeout: float = 15) -> None:
