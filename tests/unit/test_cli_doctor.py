@@ -96,11 +96,18 @@ def account(monkeypatch):
         fake.quotas_stub.assert_no_pending_responses()
 
 
-def a_roomy_account(fake: FakeAccount, **lambda_settings) -> None:
-    fake.bootstrap()
-    fake.lambda_settings(**lambda_settings)
-    fake.lambda_quotas()
-    fake.fargate_vcpu()
+def an_account(fake: FakeAccount, *, bootstrap_version: int | None = 21, answers_lambda_settings: bool = True,
+               concurrency: int = 1000, unreserved: int | None = None, lambda_quotas: tuple[dict, ...] = (),
+               fargate_vcpu: float = 4000.0, fargate_applied: bool = True) -> None:
+    """The answers to every read doctor makes; by default a roomy account (bootstrapped, Lambda's default
+    concurrency, a Fargate quota far above the stages' needs). ``bootstrap_version=None``: never bootstrapped;
+    ``answers_lambda_settings=False``: the test answers GetAccountSettings itself."""
+    if bootstrap_version is not None:
+        fake.bootstrap(bootstrap_version)
+    if answers_lambda_settings:
+        fake.lambda_settings(concurrency, unreserved)
+    fake.lambda_quotas(*lambda_quotas)
+    fake.fargate_vcpu(fargate_vcpu, applied=fargate_applied)
 
 
 def doctor_json(capsys, cdk_json: Path, env: str = "dev") -> tuple[int, dict]:
@@ -117,8 +124,8 @@ def by_check(report: dict) -> dict[str, list[dict]]:
     return found
 
 
-def test_everything_fits_a_roomy_account(account, tmp_path, capsys):
-    a_roomy_account(account)
+def test_everything_fits_an_account(account, tmp_path, capsys):
+    an_account(account)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 0
     assert {f["severity"] for f in report["findings"]} == {"ok"}
@@ -128,7 +135,7 @@ def test_everything_fits_a_roomy_account(account, tmp_path, capsys):
 
 
 def test_the_text_report_is_one_line_per_check_and_a_verdict(account, tmp_path, capsys):
-    a_roomy_account(account)
+    an_account(account)
     assert cli.main(["doctor", "--env", "dev", "--cdk-json", str(write_cdk_json(tmp_path))]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("layoutlab doctor: environment 'dev' of cdk.json on account 123456789012, region us-east-1")
@@ -137,12 +144,10 @@ def test_the_text_report_is_one_line_per_check_and_a_verdict(account, tmp_path, 
 
 
 def test_a_function_above_the_accounts_memory_maximum(account, tmp_path, capsys):
-    account.bootstrap()
-    account.lambda_settings()
     # (should Service Quotas ever list a Lambda memory quota, it is the account's maximum)
-    account.lambda_quotas({"ServiceCode": "lambda", "QuotaCode": "L-0000MEM0", "QuotaName": "Function memory maximum",
-                           "Value": 3008.0, "Adjustable": True, "GlobalQuota": False})
-    account.fargate_vcpu()
+    an_account(account, lambda_quotas=({"ServiceCode": "lambda", "QuotaCode": "L-0000MEM0",
+                                        "QuotaName": "Function memory maximum", "Value": 3008.0, "Adjustable": True,
+                                        "GlobalQuota": False},))
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"functions.convert.memory_mb": 10240}))
     assert status == 1
     [memory] = by_check(report)["lambda-memory"]
@@ -152,7 +157,7 @@ def test_a_function_above_the_accounts_memory_maximum(account, tmp_path, capsys)
 
 
 def test_memory_above_the_service_maximum_is_an_error_on_any_account(account, tmp_path, capsys):
-    a_roomy_account(account)
+    an_account(account)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"functions.bench.memory_mb": 12000}))
     assert status == 1
     [memory] = by_check(report)["lambda-memory"]
@@ -161,7 +166,7 @@ def test_memory_above_the_service_maximum_is_an_error_on_any_account(account, tm
 
 def test_a_new_accounts_reduced_quotas_warn_of_the_3008_mb_cap(account, tmp_path, capsys):
     # concurrency below the default 1,000 (the new-account profile) but enough for dev's 20 at once
-    a_roomy_account(account, concurrency=50)
+    an_account(account, concurrency=50)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"functions.convert.memory_mb": 4096}))
     assert status == 0  # a warning: AWS exposes no memory cap to read
     [memory] = by_check(report)["lambda-memory"]
@@ -171,7 +176,7 @@ def test_a_new_accounts_reduced_quotas_warn_of_the_3008_mb_cap(account, tmp_path
 
 
 def test_max_concurrency_above_the_unreserved_concurrency(account, tmp_path, capsys):
-    a_roomy_account(account, concurrency=10)
+    an_account(account, concurrency=10)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"functions.convert.memory_mb": 3008}))
     assert status == 1
     [concurrency] = by_check(report)["lambda-concurrency"]
@@ -184,7 +189,7 @@ def test_max_concurrency_above_the_unreserved_concurrency(account, tmp_path, cap
 
 
 def test_reserved_concurrency_elsewhere_leaves_less_for_the_pipeline(account, tmp_path, capsys):
-    a_roomy_account(account, concurrency=1000, unreserved=15)
+    an_account(account, concurrency=1000, unreserved=15)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 1
     assert "15 unreserved concurrent executions (of 1000)" in by_check(report)["lambda-concurrency"][0]["message"]
@@ -192,10 +197,7 @@ def test_reserved_concurrency_elsewhere_leaves_less_for_the_pipeline(account, tm
 
 @pytest.mark.parametrize("applied", [True, False])
 def test_fargate_tasks_above_the_vcpu_quota(account, tmp_path, capsys, applied):
-    account.bootstrap()
-    account.lambda_settings()
-    account.lambda_quotas()
-    account.fargate_vcpu(6.0, applied=applied)
+    an_account(account, fargate_vcpu=6.0, fargate_applied=applied)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{
         "bench_task.cpu": 1024, "max_concurrency.bench": 20, "convert_task.cpu": 2048, "max_concurrency.convert": 4}))
     assert status == 1
@@ -210,9 +212,7 @@ def test_fargate_tasks_above_the_vcpu_quota(account, tmp_path, capsys, applied):
 
 
 def test_an_account_without_the_cdk_bootstrap(account, tmp_path, capsys):
-    account.lambda_settings()
-    account.lambda_quotas()
-    account.fargate_vcpu()
+    an_account(account, bootstrap_version=None)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 1
     [bootstrap] = by_check(report)["bootstrap"]
@@ -223,9 +223,7 @@ def test_an_account_without_the_cdk_bootstrap(account, tmp_path, capsys):
 def test_a_cdktoolkit_stack_without_the_version_parameter(account, tmp_path, capsys):
     account.cloudformation.create_stack(StackName="CDKToolkit", TemplateBody=json.dumps(
         {"Resources": {"Bucket": {"Type": "AWS::S3::Bucket"}}}))
-    account.lambda_settings()
-    account.lambda_quotas()
-    account.fargate_vcpu()
+    an_account(account, bootstrap_version=None)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 1
     [bootstrap] = by_check(report)["bootstrap"]
@@ -233,20 +231,15 @@ def test_a_cdktoolkit_stack_without_the_version_parameter(account, tmp_path, cap
 
 
 def test_a_bootstrap_too_old_for_the_templates(account, tmp_path, capsys):
-    account.bootstrap(version=5)
-    account.lambda_settings()
-    account.lambda_quotas()
-    account.fargate_vcpu()
+    an_account(account, bootstrap_version=5)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 1
     assert "bootstrapped at version 5; the templates require >= 6" in by_check(report)["bootstrap"][0]["message"]
 
 
 def test_a_check_it_cannot_make_is_unknown_and_exits_2(account, tmp_path, capsys):
-    account.bootstrap()
+    an_account(account, answers_lambda_settings=False)
     account.lambda_stub.add_client_error("get_account_settings", "AccessDeniedException", "not authorized", 403)
-    account.lambda_quotas()
-    account.fargate_vcpu()
     status, report = doctor_json(capsys, write_cdk_json(tmp_path))
     assert status == 2
     [concurrency] = by_check(report)["lambda-concurrency"]
@@ -258,7 +251,7 @@ def test_settings_cdk_json_refuses_are_listed_and_the_account_still_checked(acco
     config = doctor._config_module(REPO)
     if not hasattr(config, "validate"):
         pytest.skip("cdk config has no validate()")
-    a_roomy_account(account)
+    an_account(account)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"bench_task.ephemeral_storage_gib": 500}))
     assert status == 1
     problems = by_check(report)["cdk.json"]
@@ -310,10 +303,7 @@ def test_help_explains_checks_and_exit_status(capsys):
 
 
 def test_a_task_larger_than_the_whole_vcpu_quota(account, tmp_path, capsys):
-    account.bootstrap()
-    account.lambda_settings()
-    account.lambda_quotas()
-    account.fargate_vcpu(1.0)
+    an_account(account, fargate_vcpu=1.0)
     status, report = doctor_json(capsys, write_cdk_json(tmp_path, **{"convert_task.cpu": 2048}))
     assert status == 1
     convert = next(f for f in by_check(report)["fargate-vcpu"] if f["message"].startswith("convert"))

@@ -306,6 +306,14 @@ def _bootstrap(account: Account, qualifier: str) -> list[Finding]:
                     "version parameter, no CDKToolkit stack): 'cdk deploy' has nowhere to put assets", fix)]
 
 
+def _settings_above(severity: str, check: str, settings: dict[str, int], limit: int, consequence: str,
+                    fix: str) -> list[Finding]:
+    """One finding listing every cdk.json setting (dotted name -> value) above ``limit``, the names
+    followed by ``consequence``; none when all are within it."""
+    over = [f"{name}={value}" for name, value in settings.items() if value > limit]
+    return [Finding(severity, check, ", ".join(over) + consequence, fix)] if over else []
+
+
 def _lambda_memory(config, account: Account) -> list[Finding]:
     sizes = {name: size.memory_mb for name, size in config.functions.items()}
     limit = min(account.lambda_memory_max_mb or LAMBDA_MEMORY_MAX_MB, LAMBDA_MEMORY_MAX_MB)
@@ -318,18 +326,17 @@ def _lambda_memory(config, account: Account) -> list[Finding]:
         return findings
     largest = max(sizes, key=sizes.get)
     if account.lambda_memory_max_mb is None and account.reduced_quotas:
-        over = {n: mb for n, mb in sizes.items() if mb > NEW_ACCOUNT_MEMORY_MB}
+        over = _settings_above(
+            "WARN", "lambda-memory", {f"functions.{n}.memory_mb": mb for n, mb in sizes.items()}, NEW_ACCOUNT_MEMORY_MB,
+            f" above {NEW_ACCOUNT_MEMORY_MB} MB, and this account has the reduced quotas of a new account "
+            f"(concurrency {account.concurrent_executions}); such accounts are often held to "
+            f"{NEW_ACCOUNT_MEMORY_MB} MB, which AWS exposes through no API: the deploy would then fail with "
+            f"\"'MemorySize' value failed to satisfy constraint: Member must have value less than or equal to "
+            f"{NEW_ACCOUNT_MEMORY_MB}\"",
+            f"lower them to {NEW_ACCOUNT_MEMORY_MB} for a first deploy, or ask AWS Support to lift the account's "
+            "Lambda memory limit")
         if over:
-            return [Finding(
-                "WARN", "lambda-memory",
-                f"{', '.join(f'functions.{n}.memory_mb={mb}' for n, mb in over.items())} above "
-                f"{NEW_ACCOUNT_MEMORY_MB} MB, and this account has the reduced quotas of a new account "
-                f"(concurrency {account.concurrent_executions}); such accounts are often held to "
-                f"{NEW_ACCOUNT_MEMORY_MB} MB, which AWS exposes through no API: the deploy would then fail with "
-                f"\"'MemorySize' value failed to satisfy constraint: Member must have value less than or equal to "
-                f"{NEW_ACCOUNT_MEMORY_MB}\"",
-                f"lower them to {NEW_ACCOUNT_MEMORY_MB} for a first deploy, or ask AWS Support to lift the account's "
-                "Lambda memory limit")]
+            return over
     if account.lambda_memory_max_mb is None and account.reduced_quotas:
         return [Finding("ok", "lambda-memory", f"largest function: {largest} {sizes[largest]} MB, within the "
                         f"{NEW_ACCOUNT_MEMORY_MB} MB that accounts with reduced quotas like this one are often held to")]
@@ -346,16 +353,15 @@ def _lambda_concurrency(config, account: Account) -> list[Finding]:
                         f"cannot read Lambda's account settings: {account.unread['lambda-concurrency']}")]
     available = account.unreserved_concurrency
     stages = dict(sorted(config.max_concurrency.items(), key=lambda kv: -kv[1]))
-    over = {stage: n for stage, n in stages.items() if n > available}
+    over = _settings_above(
+        "ERROR", "lambda-concurrency", {f"max_concurrency.{s}": n for s, n in stages.items()}, available,
+        ": one upload runs that many Lambda invocations at once, and this account has "
+        f"{available} unreserved concurrent executions (of {account.concurrent_executions}); throttled "
+        "invocations are retried for up to about two minutes, then the task fails",
+        f"lower them to <= {available} in cdk.json, or request more 'Concurrent executions' "
+        f"(Service Quotas, lambda {CONCURRENCY_QUOTA[1]})")
     if over:
-        return [Finding(
-            "ERROR", "lambda-concurrency",
-            f"{', '.join(f'max_concurrency.{s}={n}' for s, n in over.items())}: one upload runs that many Lambda "
-            f"invocations at once, and this account has {available} unreserved concurrent executions "
-            f"(of {account.concurrent_executions}); throttled invocations are retried for up to about two minutes, "
-            "then the task fails",
-            f"lower them to <= {available} in cdk.json, or request more 'Concurrent executions' "
-            f"(Service Quotas, lambda {CONCURRENCY_QUOTA[1]})")]
+        return over
     peak_stage = next(iter(stages))
     return [Finding("ok", "lambda-concurrency",
                     f"peak {stages[peak_stage]} invocations at once (max_concurrency.{peak_stage}) of {available} "
