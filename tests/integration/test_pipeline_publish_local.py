@@ -9,8 +9,8 @@ import numpy as np
 
 from layoutlab.pipeline import variants
 from layoutlab.pipeline.variants import convert_variant
-from layoutlab.results.store import ResultsStore
 from layoutlab.storage import boto3_s3_client, s3fs_filesystem
+from variant_helpers import PAGED_KEY, pipeline_buckets_and_table, record_s3_calls, uploaded_variant_task
 
 MiB = 2**20
 PART = 5 * MiB  # S3's smallest part: the multipart threshold scaled down so the path runs on a small file
@@ -19,30 +19,22 @@ PART = 5 * MiB  # S3's smallest part: the multipart threshold scaled down so the
 def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatch):
     monkeypatch.setattr(variants, "PUBLISH_PART_BYTES", PART)
     s3 = boto3_s3_client()
-    for bucket in ("ingest", "outputs"):
-        s3.create_bucket(Bucket=bucket)
-    store = ResultsStore("results-publish-test")
-    store.create_table()
+    store = pipeline_buckets_and_table(s3, "results-publish-test")
     values = np.random.default_rng(3).random(12 * MiB // 8)
     source = tmp_path / "big.h5"
     with h5py.File(source, "w") as f:
         f.create_dataset("v", data=values, chunks=(MiB // 8,))
-    s3.upload_file(str(source), "ingest", "incoming/big.h5")
-    calls: list[str] = []
-    s3.meta.events.register("before-call.s3.*", lambda model, **_: calls.append(model.name))
-    spec = {"name": "paged-1MiB", "kind": "repack-paged", "format": "hdf5", "page_size": MiB,
-            "uri": "s3://outputs/variants/ds/paged-1MiB.h5"}
-    convert_variant({"dataset_id": "ds", "variant": spec,
-                     "source": {"bucket": "ingest", "key": "incoming/big.h5", "size": source.stat().st_size}},
-                    s3=s3, store=store)
+    task = uploaded_variant_task(s3, source)
+    calls = record_s3_calls(s3)
+    convert_variant(task, s3=s3, store=store)
 
-    head = s3.head_object(Bucket="outputs", Key="variants/ds/paged-1MiB.h5")
+    head = s3.head_object(Bucket="outputs", Key=PAGED_KEY)
     parts = -(-head["ContentLength"] // PART)
     assert parts >= 3 and head["ETag"].strip('"').endswith(f"-{parts}")
     assert calls.count("UploadPart") == parts and "CopyObject" not in calls
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket="outputs")["Contents"]] == ["variants/ds/paged-1MiB.h5"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="outputs")["Contents"]] == [PAGED_KEY]
     assert s3.list_multipart_uploads(Bucket="outputs").get("Uploads", []) == []
     # read back the way readers do (s3fs through the proxy), paged and whole
-    with s3fs_filesystem().open("outputs/variants/ds/paged-1MiB.h5", "rb") as remote, h5py.File(remote, "r") as f:
+    with s3fs_filesystem().open(f"outputs/{PAGED_KEY}", "rb") as remote, h5py.File(remote, "r") as f:
         assert f.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE
         np.testing.assert_array_equal(f["v"][...], values)

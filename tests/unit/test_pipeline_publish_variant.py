@@ -17,22 +17,20 @@ import numpy as np
 import pytest
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import ClientError
-from moto import mock_aws
 from moto.s3.exceptions import S3ClientError
 from moto.s3.models import S3Backend
 
 from layoutlab.pipeline import variants
 from layoutlab.pipeline.variants import convert_variant
-from layoutlab.results.store import ResultsStore
+from variant_helpers import PAGED_KEY as VARIANT_KEY
+from variant_helpers import PAGED_SPEC as SPEC
+from variant_helpers import pipeline_cloud, record_s3_calls, uploaded_variant_task
 
 MiB = 2**20
 COPY_LIMIT = 8 * MiB  # stands for S3's 5 GiB
 PART = 5 * MiB  # S3's minimum part size: the smallest multipart threshold that works
 S3_COPY_LIMIT_MESSAGE = ("The specified copy source is larger than the maximum allowable size for a copy source: "
                          "5368709120")
-SPEC = {"name": "paged-1MiB", "kind": "repack-paged", "format": "hdf5", "page_size": MiB,
-        "uri": "s3://outputs/variants/ds/paged-1MiB.h5"}
-VARIANT_KEY = "variants/ds/paged-1MiB.h5"
 
 
 def _copy_source_too_large():
@@ -61,20 +59,8 @@ def cloud(monkeypatch):
     monkeypatch.setattr(S3Backend, "copy_object", limited_copy_object)
     monkeypatch.setattr(S3Backend, "upload_part_copy", limited_upload_part_copy)
     monkeypatch.setattr(variants, "PUBLISH_PART_BYTES", PART)
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        for bucket in ("ingest", "outputs"):
-            s3.create_bucket(Bucket=bucket)
-        store = ResultsStore("results-test")
-        store.create_table()
+    with pipeline_cloud() as (s3, store):
         yield s3, store
-
-
-def _record_calls(s3) -> list[str]:
-    """The S3 operations the client sends, in order."""
-    calls: list[str] = []
-    s3.meta.events.register("before-call.s3.*", lambda model, **_: calls.append(model.name))
-    return calls
 
 
 @pytest.fixture
@@ -85,10 +71,7 @@ def big_source(cloud, tmp_path):
     path = tmp_path / "big.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("v", data=values, chunks=(MiB // 8,))
-    s3.upload_file(str(path), "ingest", "incoming/big.h5")
-    task = {"dataset_id": "ds", "source": {"bucket": "ingest", "key": "incoming/big.h5", "size": path.stat().st_size},
-            "variant": SPEC}
-    return task, values
+    return uploaded_variant_task(s3, path), values
 
 
 def _open_uploads(s3) -> list[dict]:
@@ -112,7 +95,7 @@ def test_the_fake_refuses_a_copy_above_the_limit_as_s3_does(cloud):
 def test_a_variant_larger_than_the_copy_limit_is_published_by_multipart_upload(cloud, big_source):
     s3, store = cloud
     task, values = big_source
-    calls = _record_calls(s3)
+    calls = record_s3_calls(s3)
     convert_variant(task, s3=s3, store=store)
 
     head = s3.head_object(Bucket="outputs", Key=VARIANT_KEY)
@@ -158,7 +141,7 @@ def test_a_failure_mid_upload_leaves_nothing_at_the_key_and_no_open_upload(cloud
         return upload_part(self, bucket_name, multipart_id, part_id, value)
 
     monkeypatch.setattr(S3Backend, "upload_part", second_part_denied)
-    calls = _record_calls(s3)
+    calls = record_s3_calls(s3)
     with pytest.raises(S3UploadFailedError, match="AccessDenied"):
         convert_variant(task, s3=s3, store=store)
 

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import boto3
 import h5py
 import numpy as np
 import pytest
-from moto import mock_aws
 
 from layoutlab.pipeline.variants import convert_variant
-from layoutlab.results.store import ResultsStore
 from repack_helpers import require_c_code
-
-SPEC = {"name": "paged-1MiB", "kind": "repack-paged", "format": "hdf5", "page_size": 1 << 20,
-        "uri": "s3://outputs/variants/ds/paged-1MiB.h5"}
+from variant_helpers import PAGED_SPEC as SPEC
+from variant_helpers import pipeline_cloud, uploaded_variant_task
 
 
 @pytest.fixture
 def cloud():
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        for bucket in ("ingest", "outputs"):
-            s3.create_bucket(Bucket=bucket)
-        store = ResultsStore("results-test")
-        store.create_table()
+    with pipeline_cloud() as (s3, store):
         yield s3, store
 
 
@@ -36,10 +27,7 @@ def test_the_variant_item_says_which_engine_wrote_the_copy(cloud, tmp_path, soft
         f.create_dataset("v", data=np.arange(10_000.0), chunks=(1000,), compression="gzip")
         if soft_link:
             f["alias"] = h5py.SoftLink("/v")
-    s3.upload_file(str(source), "ingest", "incoming/a.h5")
-    task = {"dataset_id": "ds", "source": {"bucket": "ingest", "key": "incoming/a.h5", "size": source.stat().st_size},
-            "variant": SPEC}
-    convert_variant(task, s3=s3, store=store)
+    convert_variant(uploaded_variant_task(s3, source), s3=s3, store=store)
     item = store.get_variant("ds", SPEC["name"])
     assert item["status"] == "READY" and item["repack"]["verified"]
     assert item["repack"]["chunks_copied_raw"] == 10
