@@ -336,7 +336,7 @@ def test_cli_prints_auto_chunks_and_the_seed_grid_without_writing(geos, tmp_path
         (["--chunks", "time=12,level=3"], "level not in the file"),
         (["--chunks", "time=twelve"], "not a positive size"),
         (["--shards", "time=13", "--chunks", "time=12"], "whole multiple"),
-        (["--max-mem", "lots"], "cannot read"),
+        (["--max-mem", "lots"], "--max-mem: not a size: 'lots'"),
         (["--max-mem", "1KiB", "--chunks", "time=12"], "max-mem"),
         (["--compressor", "gzip:9"], "unknown compressor"),
     ],

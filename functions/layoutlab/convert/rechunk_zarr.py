@@ -40,7 +40,6 @@ import logging
 import math
 import os
 import random
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ import numpy as np
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.errors import BadInputFile, UserError
 from layoutlab.storage import S3Location, is_s3_url
+from layoutlab.units import parse_size  # the one size parser; benchmarks/ call it from here
 
 log = logging.getLogger(__name__)
 
@@ -97,19 +97,6 @@ def fix_mmap_threshold() -> bool:
         return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):
         return False
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_size(text) -> int:
-    """``"512MiB"`` -> 536870912; ``"1GB"`` -> 10**9; ints pass through."""
-    if isinstance(text, int | np.integer):
-        return int(text)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise UserError(f"--max-mem: cannot read {text!r} as a size (examples: 512MiB, 2GiB, 300MB)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
 
 
 def parse_dim_spec(text: str | None, option: str = "--chunks") -> dict[str, int | None] | None:
@@ -705,7 +692,7 @@ def plan_rechunk(
     ``prepare``: check DST (refuse an existing one unless ``overwrite``) and
     store the plan in it for ``--unit`` / ``--finalize``.
     """
-    max_mem = parse_size(max_mem)
+    max_mem = parse_size(max_mem, "--max-mem")
     src, dst = str(src), str(dst)
     if isinstance(chunks, str) and chunks != "auto":
         chunks = parse_dim_spec(chunks)
