@@ -275,12 +275,14 @@ class ComputeStack(Stack):
     def _plan_permissions(self, role: iam.IRole) -> None:
         self._read_inputs(role, [INGEST_PREFIX, PLANS_PREFIX])
         outputs = self.names["outputs_bucket"]
-        policy.allow_objects(role, outputs, [OUTPUT_PREFIXES["runs"]], policy.S3_WRITE)
+        # writes the case lists; for a later round of repetitions (phase more_repetitions) reads the first back
+        policy.allow_objects(role, outputs, [OUTPUT_PREFIXES["runs"]], policy.S3_READ + policy.S3_WRITE)
         # plan stages the (empty) target of a rechunk that fans out over work units.
         variants = OUTPUT_PREFIXES["variants"]
         policy.allow_objects(role, outputs, [variants], policy.S3_READ + policy.S3_WRITE + policy.S3_DELETE)
         policy.allow_list(role, outputs, [variants])
-        policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
+        # the dataset's RESULT items decide which comparisons get more repetitions
+        policy.allow(role, policy.DYNAMODB_READ + policy.DYNAMODB_WRITE, [self._results_arn])
 
     def _convert_and_bench_permissions(self, role: iam.IRole, *, write: bool) -> None:
         variants = OUTPUT_PREFIXES["variants"]

@@ -86,8 +86,11 @@ def error_named(name: str, message: str) -> Exception:
 class FakeHandlers:
     """Test doubles for the handlers: record each call, answer like the contract says."""
 
-    def __init__(self, fail_cases=(), fail_convert=False, ecs_capacity_failures=0):
+    def __init__(self, fail_cases=(), fail_convert=False, ecs_capacity_failures=0, max_rounds=1, rounds_wanted=1):
         self.calls: list[tuple[str, dict]] = []
+        # the plan's schedule allows max_rounds rounds; the comparisons stay undecided for rounds_wanted
+        self.max_rounds = max_rounds
+        self.rounds_wanted = rounds_wanted
         self.fail_cases = set(fail_cases)
         self.fail_convert = fail_convert
         # the first N Fargate tasks fail to start as RunTask does without capacity under .sync
@@ -100,6 +103,13 @@ class FakeHandlers:
             if function.startswith("fargate-") and self.ecs_capacity_failures > 0:
                 self.ecs_capacity_failures -= 1
                 raise error_named("AmazonECS.Unknown", "RESOURCE:FARGATE capacity is unavailable at this time")
+        if function == "plan" and event.get("phase") == "more_repetitions":
+            next_round = event["cases"]["round"] + 1
+            if next_round > self.rounds_wanted:
+                return {"key": None, "count": 0, "round": event["cases"]["round"],
+                        "planned": event["cases"]["planned"], "undecided": 0}
+            return {"key": f"runs/ds1/cases-round-{next_round}.json", "count": 2, "round": next_round,
+                    "planned": event["cases"]["planned"] + 2, "undecided": 1}
         if function == "plan":
             return {
                 "convert_tasks": [
@@ -109,7 +119,9 @@ class FakeHandlers:
                 ],
                 "publish_tasks": [{"phase": "publish", "dataset_id": "ds1", "variant": {"name": "zarr-a"}}],
                 "work_units": {"key": "runs/ds1/work-units.json", "count": 2},
-                "cases": {"key": "runs/ds1/cases.json", "count": 4},
+                "cases": {"key": "runs/ds1/cases.json", "count": 4, "round": 1, "planned": 4},
+                "repetitions": {"first": 1, "max": self.max_rounds, "per_round": 1, "max_rounds": self.max_rounds,
+                                "resolution": 0.1},
                 "max_concurrency": {"convert": 2, "work_units": 2, "bench": 2},
                 "tolerated_failure_percentage": 50,
             }
@@ -150,6 +162,9 @@ def pipeline(monkeypatch):
             for i in range(4)
         ]
         s3.put_object(Bucket=OUTPUTS, Key="runs/ds1/cases.json", Body=json.dumps(cases))
+        for round_number in range(2, 6):  # later rounds repeat two of the cases
+            again = [{**case, "case_id": f"{case['case_id']}-r{round_number}"} for case in cases[:2]]
+            s3.put_object(Bucket=OUTPUTS, Key=f"runs/ds1/cases-round-{round_number}.json", Body=json.dumps(again))
         units = [{"phase": "unit", "dataset_id": "ds1", "work_unit": {"index": i}} for i in range(2)]
         s3.put_object(Bucket=OUTPUTS, Key="runs/ds1/work-units.json", Body=json.dumps(units))
         role = boto3.client("iam", region_name=REGION).create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")
@@ -225,6 +240,33 @@ def test_pipeline_runs_end_to_end_under_moto(pipeline):
     assert last_convert < first_bench
     summarize_event = handlers.named("summarize")[0]
     assert summarize_event["bench"]["ResultWriterDetails"]["Bucket"] == OUTPUTS
+
+
+def test_undecided_comparisons_get_more_rounds_of_the_same_map_until_decided(pipeline):
+    status, output, handlers = pipeline(FakeHandlers(max_rounds=4, rounds_wanted=3))
+    assert status == "SUCCEEDED" and output == {"dataset_id": "ds1", "summary": "ok"}
+    bench = [e["case_id"] for e in handlers.named("bench")]
+    assert sorted(bench) == ["c0", "c0-r2", "c0-r3", "c1", "c1-r2", "c1-r3", "c2"]
+    asked = handlers.named("plan")[1:]
+    assert [e["phase"] for e in asked] == ["more_repetitions"] * 3  # after rounds 1, 2 and 3
+    assert [e["cases"]["round"] for e in asked] == [1, 2, 3]
+    assert asked[0]["repetitions"]["max_rounds"] == 4 and asked[0]["dataset_id"] == "ds1"
+    # the summary sees the last answer: three rounds, every round's cases counted
+    assert handlers.named("summarize")[0]["plan"]["cases"] == {"key": None, "count": 0, "round": 3, "planned": 8,
+                                                               "undecided": 0}
+
+
+def test_the_rounds_are_bounded_by_the_plans_schedule(pipeline):
+    status, _output, handlers = pipeline(FakeHandlers(max_rounds=3, rounds_wanted=10))
+    assert status == "SUCCEEDED"
+    assert [e["cases"]["round"] for e in handlers.named("plan")[1:]] == [1, 2]  # never asked after round 3
+    assert len(handlers.named("bench")) == 3 + 2 * 2
+    assert handlers.named("summarize")[0]["plan"]["cases"]["round"] == 3
+
+
+def test_without_more_rounds_the_plan_is_not_asked_again(pipeline):
+    _status, _output, handlers = pipeline(FakeHandlers())
+    assert [e.get("phase") for e in handlers.named("plan")] == [None]
 
 
 def test_a_failed_case_is_recorded_and_the_dataset_still_succeeds(pipeline):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
+from layoutlab.pipeline.repetitions import rounds_summary
 from layoutlab.report.decision import decide
 from layoutlab.report.summary import summarize
 
@@ -18,7 +19,8 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
     items = store.items(dataset=dataset_id)
     results = [i for i in items if i["kind"] == "RESULT"]
     failures = [i for i in items if i["kind"] == "FAILURE"]
-    planned = (state.get("plan") or {}).get("cases", {}).get("count")
+    cases = (state.get("plan") or {}).get("cases", {})
+    planned = cases.get("planned", cases.get("count"))  # every round's cases (pipeline/repetitions.py)
     bench_failures = [f for f in failures if f.get("stage") == "bench"]
     variants = {i["variant"]: i for i in items if i["kind"] == "VARIANT"}
     # The recommendation the report page opens with; the page itself (matplotlib) is built
@@ -35,6 +37,7 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
         recipe_text=(recipes.get(primary) or {}).get("text") if primary else None,
         pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},
         cases_planned=planned,
+        repetition_rounds=rounds_summary(state.get("plan") or {}, results),
         cases_failed=len(bench_failures),
         failed_cases=[f.get("detail") for f in bench_failures][:50],
         variants={i["variant"]: {k: i.get(k) for k in ("uri", "size_bytes", "size_overhead", "convert_s")}

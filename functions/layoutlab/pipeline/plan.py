@@ -10,6 +10,12 @@ top-level keys replace the default's.
 into the list of benchmark cases the Distributed Map runs. Repetitions are the
 outer loop, so the repetitions of one case are spread over the run rather than
 measured back to back.
+
+``repetitions`` is the first round. With ``max_repetitions`` above it, the
+comparisons still undecided after a round (``pipeline/repetitions.py``) get
+``repetitions`` more, round after round, until decided or at ``max_repetitions``
+(``repetition_schedule``). A plan naming ``repetitions`` but not
+``max_repetitions`` gets exactly those repetitions (no further rounds).
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ KERCHUNK_OVER = ("original", "paged", "all")
 REFERENCE_FORMATS = ("json",)  # Parquet needs fastparquet, which the layer does not carry
 DATASET_KINDS = ("grid", "granule")
 CHUNK_PRESETS = ("timeseries", "map", "balanced")
+
+MAX_REPETITIONS = 100
+# A difference in read time smaller than this share is not worth more repetitions to tell apart
+# (see pipeline/repetitions.py: a ratio interval inside 1/(1+r)..1+r is decided).
+DEFAULT_RESOLUTION = 0.1
 
 _PLATFORM = re.compile(r"^(local-lambda|local-fargate|lambda-(\d+)|fargate-(0\.25|0\.5|1|2|4|8|16)-(\d+))$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB)?$", re.IGNORECASE)
@@ -86,6 +97,8 @@ def merge_plan(override: dict | None, base: dict | None = None) -> dict:
         if not isinstance(override, dict):
             raise PlanError(f"plan must be a JSON object, got {type(override).__name__}")
         plan.update(copy.deepcopy(override))
+        if "repetitions" in override and "max_repetitions" not in override:
+            plan.pop("max_repetitions", None)  # the repetitions asked for, no more (a base's cap may be lower)
     validate_plan(plan)
     return plan
 
@@ -156,8 +169,16 @@ def validate_plan(plan: dict) -> None:
     if not plan.get("platforms"):
         fail("'platforms' is empty")
     repetitions = plan.get("repetitions", 1)
-    if not isinstance(repetitions, int) or not 1 <= repetitions <= 100:
-        fail(f"'repetitions' must be an integer 1..100, got {repetitions!r}")
+    if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= MAX_REPETITIONS:
+        fail(f"'repetitions' must be an integer 1..{MAX_REPETITIONS}, got {repetitions!r}")
+    most = plan.get("max_repetitions", repetitions)
+    if not isinstance(most, int) or isinstance(most, bool) or not repetitions <= most <= MAX_REPETITIONS:
+        fail(f"'max_repetitions' must be an integer from 'repetitions' ({repetitions}) to {MAX_REPETITIONS}, "
+             f"got {most!r}")
+    resolution = plan.get("resolution", DEFAULT_RESOLUTION)
+    if not isinstance(resolution, (int, float)) or isinstance(resolution, bool) or not 0 < resolution < 1:
+        fail(f"'resolution' must be a fraction between 0 and 1 (0.1: differences under 10 % need no deciding), "
+             f"got {resolution!r}")
     scaling = plan.get("scaling")
     if scaling is not None:
         if not isinstance(scaling, dict):
@@ -294,6 +315,33 @@ def _known_params(pattern: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in accepted}
 
 
+def case_id(variant: str, pattern: str, reader: str, platform: str, repetition: int) -> str:
+    return f"{variant}#{pattern}#{reader}#{platform}#{repetition:03d}"
+
+
+def repeat_case(case: dict, repetition: int) -> dict:
+    """``case`` once more, as repetition ``repetition`` (its id, hence its RESULT key, follows)."""
+    return {**case, "repetition": repetition,
+            "case_id": case_id(case["variant"], case["pattern"], case["reader"], case["platform"], repetition)}
+
+
+def repetition_schedule(plan: dict) -> dict:
+    """The rounds of repetitions: round 1 runs ``first``; each later round ``per_round`` more of the
+    undecided comparisons' cases, never beyond ``max`` per case, so at most ``max_rounds`` rounds."""
+    first = plan.get("repetitions", 1)
+    most = plan.get("max_repetitions", first)
+    return {"first": first, "max": most, "per_round": first, "max_rounds": 1 + math.ceil((most - first) / first),
+            "resolution": float(plan.get("resolution", DEFAULT_RESOLUTION))}
+
+
+def round_repetitions(schedule: dict, round_number: int) -> range:
+    """The repetition indexes round ``round_number`` (from 1) runs: rounds never share one."""
+    if round_number == 1:
+        return range(schedule["first"])
+    start = schedule["first"] + (round_number - 2) * schedule["per_round"]
+    return range(min(start, schedule["max"]), min(start + schedule["per_round"], schedule["max"]))
+
+
 def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict]) -> list[dict]:
     """Every benchmark case: variants x patterns x readers x platforms x repetitions.
 
@@ -313,7 +361,7 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
                     for platform in plan["platforms"]:
                         kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
                         cases.append({
-                            "case_id": f"{variant['name']}#{pattern}#{reader}#{platform}#{repetition:03d}",
+                            "case_id": case_id(variant["name"], pattern, reader, platform, repetition),
                             "dataset_id": dataset_id,
                             "dataset": dataset_id,
                             "variant": variant["name"],

@@ -140,12 +140,14 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     grid = ({"grid_shape": list(facts.grid_shape), "grid_itemsize": facts.itemsize, "grid_variable": facts.variable}
             if facts.grid_shape else {})  # the model in report/model.py predicts chunk shapes from these
     store.update_run(dataset_id, kind_of_data=facts.kind, variants=[s["name"] for s in produced],
-                     cases=len(cases), platforms=platforms, platform_substitutions=substitutions, **grid)
+                     cases=len(cases), rounds=1, platforms=platforms, platform_substitutions=substitutions, **grid)
     return {
         "convert_tasks": convert_tasks,
         "publish_tasks": publish_tasks,
         "work_units": work_units_ref,
-        "cases": {"key": run_prefix + "cases.json", "count": len(cases)},
+        # the case list of the round to run; pipeline/repetitions.py writes the next round's
+        "cases": {"key": run_prefix + "cases.json", "count": len(cases), "round": 1, "planned": len(cases)},
+        "repetitions": plans.repetition_schedule(plan),
         "results_prefix": f"map-runs/{dataset_id}/",
         "max_concurrency": concurrency,
         "tolerated_failure_percentage": settings.tolerated_failure_percentage,

@@ -1,0 +1,165 @@
+"""More repetitions where an answer is not yet decided.
+
+After a round of benchmark cases, every variant is compared with the original on
+each pattern and platform, best reader against best reader, as
+``report.decision.compare`` does: the ratio of their median times and its 95 %
+bootstrap interval. A comparison is *decided* when the interval lies wholly below
+or above 1 (faster, slower), or straddles 1 but within the plan's ``resolution``
+(between 1/(1+r) and 1+r: any difference is smaller than is worth telling apart,
+so "no measurable difference" is the answer). It is *undecided* when the interval
+straddles 1 and reaches beyond the resolution, or when either side has too few
+repetitions for an interval at all.
+
+While the plan's schedule (``plan.repetition_schedule``) allows another round,
+the cases of exactly the undecided comparisons — the variant's pattern, reader
+and platform, and the original's it is compared against — run again, with
+repetition indexes no earlier round used (so every RESULT key stays unique).
+"""
+
+from __future__ import annotations
+
+import json
+
+from layoutlab.pipeline import plan as plans
+from layoutlab.report import decision
+
+
+def decided(comparison: dict, resolution: float) -> bool:
+    """``comparison`` is ``decision.compare``'s answer; see the module docstring."""
+    interval = comparison.get("interval")
+    if interval is None:
+        return False
+    low, high = interval
+    if high < 1 or low > 1:
+        return True
+    return low >= 1 / (1 + resolution) and high <= 1 + resolution
+
+
+def comparisons(records: list[dict], resolution: float) -> list[dict]:
+    """Each variant against the original, per platform and pattern, best reader against best reader."""
+    walls = decision.walls_by_key(records)
+    best = decision.best_readers(decision.median_times(records))
+    found = []
+    for (platform, pattern, variant), (_, reader) in sorted(best.items()):
+        original = best.get((platform, pattern, decision.ORIGINAL))
+        if variant == decision.ORIGINAL or original is None:
+            continue
+        compared = decision.compare(walls[(platform, pattern, variant, reader)],
+                                    walls[(platform, pattern, decision.ORIGINAL, original[1])])
+        found.append({"platform": platform, "pattern": pattern, "variant": variant, "reader": reader,
+                      "original_reader": original[1], **compared, "decided": decided(compared, resolution)})
+    return found
+
+
+def undecided(records: list[dict], resolution: float) -> list[dict]:
+    return [c for c in comparisons(records, resolution) if not c["decided"]]
+
+
+def cases_to_repeat(first_round: list[dict], open_comparisons: list[dict]) -> list[dict]:
+    """The cases of the first round (repetition 0) behind ``open_comparisons``, in the round's order."""
+    wanted = set()
+    for c in open_comparisons:
+        wanted.add((c["variant"], c["pattern"], c["reader"], c["platform"]))
+        wanted.add((decision.ORIGINAL, c["pattern"], c["original_reader"], c["platform"]))
+    chosen, seen = [], set()
+    for case in first_round:
+        key = (case["variant"], case["pattern"], case["reader"], case["platform"])
+        if key in wanted and key not in seen and case.get("pattern") != decision.SCALING_PATTERN:
+            seen.add(key)
+            chosen.append(case)
+    return chosen
+
+
+def next_round_cases(first_round: list[dict], open_comparisons: list[dict], schedule: dict,
+                     round_number: int) -> list[dict]:
+    """Round ``round_number``'s cases: repetitions are the outer loop, as in the first round."""
+    templates = cases_to_repeat(first_round, open_comparisons)
+    return [plans.repeat_case(case, repetition)
+            for repetition in plans.round_repetitions(schedule, round_number) for case in templates]
+
+
+def describe(comparison: dict) -> str:
+    where = f"{comparison['variant']} vs original on {comparison['pattern']} ({comparison['platform']})"
+    if comparison["interval"] is None:
+        return (f"{where}: {comparison['ratio']:.2f}x from {min(comparison['repetitions'])} repetition(s), "
+                f"{decision.MIN_REPETITIONS} needed for an interval")
+    low, high = comparison["interval"]
+    return f"{where}: {comparison['ratio']:.2f}x, 95% interval {low:.2f}-{high:.2f}"
+
+
+def brief(comparison: dict) -> dict:
+    """What the state and the summary keep of a comparison (small: the state is limited to 256 KiB)."""
+    return {k: comparison[k] for k in ("platform", "pattern", "variant", "reader", "original_reader", "ratio",
+                                       "interval", "repetitions")}
+
+
+def plan_more_repetitions(event: dict, *, s3, store, outputs_bucket: str) -> dict:
+    """The state machine's ``PlanMoreRepetitions`` step: the next round's case list, or none.
+
+    ``event``: ``dataset_id``, ``cases`` (the round just run: ``key``, ``count``, ``round``,
+    ``planned``) and ``repetitions`` (the plan's schedule). Returns the next ``cases`` object;
+    ``count`` 0 (``key`` null) when nothing is left undecided or the schedule has no round left.
+    """
+    dataset_id = event["dataset_id"]
+    current, schedule = event["cases"], event["repetitions"]
+    results = store.items(dataset=dataset_id, kind="RESULT")
+    still_open = undecided(results, schedule["resolution"])
+    round_number = int(current["round"]) + 1
+    done = {"key": None, "count": 0, "round": current["round"], "planned": current["planned"],
+            "undecided": len(still_open)}
+    if not still_open or round_number > schedule["max_rounds"]:
+        return done
+    run_prefix = f"runs/{dataset_id}/"
+    body = s3.get_object(Bucket=outputs_bucket, Key=run_prefix + "cases.json")["Body"].read()
+    first_round = [c for c in json.loads(body) if c.get("repetition") == 0]
+    cases = next_round_cases(first_round, still_open, schedule, round_number)
+    if not cases:
+        return done
+    key = f"{run_prefix}cases-round-{round_number}.json"
+    s3.put_object(Bucket=outputs_bucket, Key=key, Body=json.dumps(cases).encode(), ContentType="application/json")
+    planned = int(current["planned"]) + len(cases)
+    store.update_run(dataset_id, cases=planned, rounds=round_number)
+    return {"key": key, "count": len(cases), "round": round_number, "planned": planned,
+            "undecided": len(still_open)}
+
+
+def rounds_summary(plan_state: dict, results: list[dict]) -> dict:
+    """For the SUMMARY: how many rounds ran, and which comparisons are undecided after the last.
+
+    ``plan_state`` is the execution's ``$.plan`` (the plan step's answer, ``cases`` replaced by
+    each later round's); a state without a schedule (an older execution) counts as one round.
+    """
+    cases = plan_state.get("cases") or {}
+    schedule = plan_state.get("repetitions") or {}
+    resolution = schedule.get("resolution", plans.DEFAULT_RESOLUTION)
+    rounds = int(cases.get("round") or 1)
+    open_now = undecided(results, resolution)
+    adaptive = bool(schedule) and schedule["max"] > schedule["first"]
+    if not open_now:
+        stopped = "all decided"
+    elif not adaptive:
+        stopped = "more repetitions off"
+    elif rounds >= schedule["max_rounds"]:
+        stopped = "max_repetitions"
+    else:
+        stopped = "no round left"
+    summary = {"rounds": rounds, "max_rounds": schedule.get("max_rounds", 1),
+               "repetitions": schedule.get("first"), "max_repetitions": schedule.get("max"),
+               "resolution": resolution, "undecided": [brief(c) for c in open_now][:50], "stopped": stopped}
+    summary["text"] = rounds_text(summary, open_now)
+    return summary
+
+
+def rounds_text(summary: dict, open_now: list[dict]) -> str:
+    rounds = summary["rounds"]
+    ran = f"{rounds} round{'s' if rounds != 1 else ''} of repetitions"
+    if summary["stopped"] != "more repetitions off" and (summary["max_repetitions"] or 0) > (summary["repetitions"] or 0):
+        ran += (f" ({summary['repetitions']} per case, up to {summary['max_repetitions']} where a comparison "
+                f"with the original was undecided at a resolution of {summary['resolution']:.0%})")
+    if not open_now:
+        return f"{ran}; every comparison with the original is decided."
+    cap = {"max_repetitions": f" at the cap of {summary['max_repetitions']} repetitions",
+           "more repetitions off": " (the plan's max_repetitions would repeat these)"}.get(summary["stopped"], "")
+    listed = "; ".join(describe(c) for c in open_now[:10])
+    more = f"; and {len(open_now) - 10} more" if len(open_now) > 10 else ""
+    return f"{ran}; still undecided{cap}: {listed}{more}."
