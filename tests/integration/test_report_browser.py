@@ -69,7 +69,7 @@ def test_chromium_decodes_and_lays_out_every_figure(page, tmp_path):
     assert found, "the load handler never ran: " + dom[:500]
     images = json.loads(html.unescape(found.group(1)))
     expected = page.read_text().count("<img ")
-    assert len(images) == expected == 11
+    assert len(images) == expected == 12
     for image in images:
         assert image["complete"] and image["width"] > 300 and image["height"] > 200, image
         assert image["shown"] > 300, image  # laid out at a readable width, not collapsed

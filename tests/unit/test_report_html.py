@@ -93,12 +93,20 @@ def test_throughput_points_only_for_zarr_variants_with_their_chunk_size():
     assert plots.throughput_figure(points, title="t").axes[0].get_xscale() == "log"
 
 
-def test_size_figure_labels_each_variant_with_its_overhead():
+def test_size_figure_labels_each_variant_with_its_overhead_against_its_budget():
     _, variants, _ = _grid()
     fig = plots.size_figure(plots.size_rows(variants), title="t")
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert any("(+3.0%)" in label for label in labels)
+    assert any("+3.0% / 5%" in label and "OVER" not in label for label in labels)  # paged-1MiB: within 5%
     assert len(labels) == len(variants)
+    over = dict(variants, **{"paged-1MiB": dict(variants["paged-1MiB"], size_overhead=0.418,
+                                                size_bytes=int(variants["original"]["size_bytes"] * 1.418))})
+    fig = plots.size_figure(plots.size_rows(over), title="t")
+    bars = {label.get_text(): patch.get_facecolor() for label, patch in zip(fig.axes[0].get_yticklabels(),
+                                                                            fig.axes[0].patches)}
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert any("+41.8% / 5% OVER" in label for label in labels)
+    assert bars["paged-1MiB"] != bars["original"]  # the one over its budget is drawn in another colour
 
 
 # -- the page ------------------------------------------------------------------------------
@@ -129,7 +137,7 @@ def test_report_is_one_self_contained_page_with_a_section_per_dataset(written):
         assert body.index('class="recommendation"') < body.index("<figure")
     grid = dict(sections)[rr.GRID]
     for key in ("heatmap-wall-time", "heatmap-peak-memory", "throughput", "requests-bytes", "size-overhead", "pareto",
-                "comparison"):
+                "comparison", "paged-reader-effect"):
         assert f'id="{rr.GRID}-{key}"' in grid, key
     assert "heatmap" not in dict(sections)[rr.GRANULE]  # no chunk grid for a granule
     assert "Predicted best chunk shape" in grid and "Read-time model" in grid and "Cost in AWS" in grid
@@ -144,7 +152,7 @@ def test_every_figure_is_an_embedded_png_with_alt_text_caption_and_a_file_beside
     page = written.html.read_text()
     figures = re.findall(r'<figure id="([^"]+)"><img src="data:image/png;base64,([^"]+)" alt="([^"]+)">'
                          r"<figcaption>(.*?)</figcaption>", page, re.S)
-    assert len(figures) == len(written.pngs) == 11
+    assert len(figures) == len(written.pngs) == 12
     for (figure_id, data, alt, caption), path in zip(figures, written.pngs):
         png = base64.b64decode(data)
         assert png == path.read_bytes() and path.parent == written.html.parent / "run_files"

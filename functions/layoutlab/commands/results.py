@@ -165,11 +165,17 @@ def run(args) -> int:
 
 
 def _print_recipes(items: list[dict], fmt: str) -> None:
-    """Under the table of SUMMARY items: each dataset's recommendation and the recipe to paste."""
+    """Under the table of SUMMARY items: each dataset's recommendation, the recipe to paste, and the size
+    budget, costs and seeds' effect the summary holds (older summaries without them print what they have)."""
     if fmt != "table":
         return
+    from layoutlab.report.tables import decision_lines
+
     for item in items:
         if item.get("kind") == "SUMMARY" and (item.get("recommendation") or item.get("recipe_text")):
             sys.stdout.write(f"\n{item.get('dataset')}: {item.get('recommendation') or ''}\n")
             if item.get("recipe_text"):
                 sys.stdout.write(item["recipe_text"].rstrip("\n") + "\n")
+            lines = decision_lines(item)
+            if lines:
+                sys.stdout.write("\n".join(lines) + "\n")

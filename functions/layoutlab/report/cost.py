@@ -20,6 +20,20 @@ Per access (one benchmark case = one access of its pattern):
            measured LIST requests x $/PUT (S3 bills LIST in the "PUT, COPY,
            POST, LIST" tier; records counted at the client say list_requests).
 Storage: the variant's size_bytes x $/GB-month (GB = 2**30 bytes).
+
+Per layout (``layout_costs``), what choosing it costs:
+  conversion  $ once: the VARIANT item's convert_s on the platform it was
+              converted on (its ``platform``), priced like an access there
+              (Lambda: GB-s and one request per invocation, a fanned-out
+              rechunk's work units each an invocation; Fargate: one task,
+              the one-minute minimum). References over a paged copy add the
+              copy's conversion. S3 requests made while converting are not
+              recorded, so not priced.
+  storage     $ per month of the bytes that must stay in S3 to read it
+              (``budget.storage_bytes``: references count what they point at).
+  reads       $ per 1,000 reads of each pattern (``cost_table``: compute and
+              invocations from the measured read time, S3 requests counted),
+              and the S3-request part of it alone.
 """
 
 from __future__ import annotations
@@ -144,6 +158,73 @@ def cost_table(records: list[dict], variants: dict[str, dict] | None = None, pri
         row["prices"] = prices.get("name") or prices.get("path")
         rows.append(row)
     return rows
+
+
+def conversion_usd(item: dict, prices: dict) -> dict:
+    """$ of making one variant once (not counting what it references), and how it was priced."""
+    from layoutlab.errors import UserError
+    from layoutlab.platforms import platform_profile
+
+    if item.get("variant_kind") == "original":
+        return {"usd": 0.0, "convert_s": 0.0, "platform": None, "billed": "no conversion"}
+    convert_s = item.get("convert_s")
+    platform = item.get("platform")
+    if convert_s is None:
+        return {"usd": None, "convert_s": None, "platform": platform, "billed": "conversion time not recorded"}
+    try:
+        profile = platform_profile(platform) if platform else None
+    except UserError:
+        profile = None
+    if profile is None:
+        why = f"platform {platform!r} unknown" if platform else "the platform it was converted on was not recorded"
+        return {"usd": None, "convert_s": float(convert_s), "platform": platform, "billed": why}
+    convert_s = float(convert_s)
+    if profile.kind == "lambda":
+        # a fanned-out rechunk: its work units ran as invocations of their own besides the publish step
+        invocations = 1 + int(item.get("units_done") or (item.get("rechunk") or {}).get("units") or 0)
+        one = lambda_access_usd(convert_s, profile.memory_mb, prices)
+        usd = one["compute_usd"] + invocations * one["request_usd"]
+        billed = f"Lambda {profile.memory_mb} MB, {one['billed_ms']} ms, {invocations} invocation(s)"
+    else:
+        batch = fargate_batch_usd(convert_s, profile.vcpu, profile.memory_mb, prices, accesses=1)
+        usd = batch["compute_usd"]
+        billed = f"Fargate {profile.vcpu:g} vCPU {profile.memory_mb} MB, {batch['billed_s']:.0f} s"
+    return {"usd": usd, "convert_s": convert_s, "platform": platform, "billed": billed}
+
+
+def layout_costs(records: list[dict], variants: dict[str, dict], prices: dict | None = None) -> dict:
+    """platform -> variant -> what choosing the variant costs (see the module docstring).
+
+    Each row: ``conversion_usd`` (once, with what it references; None when a conversion
+    time or platform was not recorded), ``conversion`` (how each step was priced),
+    ``storage_bytes`` and ``storage_usd_per_month``, ``read_usd_per_1000`` and
+    ``requests_usd_per_1000`` per pattern (None where requests were not counted), and
+    the reader each pattern's read was priced with.
+    """
+    from layoutlab.report.budget import making_order, storage_bytes
+
+    prices = prices or load_prices()
+    reads = cost_table(records, variants, prices)
+    out: dict[str, dict] = {}
+    for row in reads:
+        variant = row["variant"]
+        entry = out.setdefault(row["platform"], {}).get(variant)
+        if entry is None:
+            steps = {name: conversion_usd(variants.get(name) or {}, prices) for name in making_order(variant, variants)}
+            known = [s["usd"] for s in steps.values()]
+            stored = storage_bytes(variant, variants)
+            entry = {"variant": variant, "conversion": steps,
+                     "conversion_usd": None if any(u is None for u in known) else sum(known),
+                     "storage_bytes": stored,
+                     "storage_usd_per_month": storage_usd_per_month(stored, prices) if stored is not None else None,
+                     "read_usd_per_1000": {}, "requests_usd_per_1000": {}, "reader": {}}
+            out[row["platform"]][variant] = entry
+        counted = row["s3_get_usd"] is not None
+        entry["read_usd_per_1000"][row["pattern"]] = row["usd_per_1000"]
+        entry["requests_usd_per_1000"][row["pattern"]] = ((row["s3_get_usd"] or 0.0) + (row["s3_list_usd"] or 0.0)
+                                                         if counted else None)
+        entry["reader"][row["pattern"]] = row["reader"]
+    return out
 
 
 def storage_costs(variants: dict[str, dict], prices: dict | None = None) -> list[dict]:

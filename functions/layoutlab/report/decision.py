@@ -25,7 +25,24 @@ Beyond the paper:
     carries a 95 % bootstrap interval of the ratio of their median times over
     the repetitions. Where no pattern is measurably faster than the original
     ("no measurable difference", or too few repetitions to tell), the original
-    is kept: it needs no conversion and no extra storage.
+    is kept: it needs no conversion and no extra storage;
+  * *cost* (``cost.layout_costs``): conversion $ once, storage $ a month, S3
+    request $ per 1,000 reads. When another variant reads no measurably slower
+    than the chosen one on the patterns it was chosen on (every interval of
+    their ratio reaches below 1 or lies below it), is measurably faster than
+    the original on one of them, is on the Pareto front, and costs less, it is
+    kept instead: a virtual variant that reads as fast as a copy wins on cost.
+    Their read times being indistinguishable, so is the compute they bill; the
+    costs weighed are conversion, storage and requests, over a yardstick of
+    ``COST_MONTHS`` months at ``READS_PER_MONTH`` reads a month (shared over the
+    patterns as the mix says, else equally). The sentence gives the figures;
+  * *the seeds' effect* (``paged_reader_effect``): Lopez et al.'s pair, the
+    original read with h5py's defaults against a paged copy read with the
+    aligned reader, per pattern with its interval, whatever the choice.
+
+A variant's size on the Pareto front is what must stay stored to read it
+(``budget.storage_bytes``): references count the object they point at, and
+their conversion time adds that of the copy they were made over.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ import statistics
 from collections import defaultdict
 
 from layoutlab.errors import UserError
+from layoutlab.report import budget
 
 TIMESERIES_PATTERNS = ("timeseries-point", "timeseries-region-mean")
 MAP_PATTERNS = ("map-timestep", "map-time-mean")
@@ -49,6 +67,13 @@ BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 MIN_REPETITIONS = 3
 ORIGINAL = "original"
+# The yardstick costs are weighed over (not a measurement: a year of keeping a layout, read a thousand times a
+# month); decide() takes others.
+COST_MONTHS = 12
+READS_PER_MONTH = 1000
+# Lopez et al.: the original with h5py's defaults against a paged copy with a reader aligned to its pages.
+DEFAULT_READER = "h5py-s3fs-default"
+ALIGNED_READER = "h5py-s3fs-aligned"
 
 
 class MixError(UserError):
@@ -269,23 +294,27 @@ def pareto_front(points: list[dict], axes=PARETO_AXES) -> list[dict]:
     return out
 
 
-def _variant_axes(variant: str, read_s: float, item: dict | None, peak_rss: float | None) -> dict:
-    item = item or {}
-    convert = item.get("convert_s")
-    if convert is None and item.get("variant_kind") == "original":
-        convert = 0.0  # the original costs nothing to produce
-    return {"variant": variant, "read_s": read_s, "size_bytes": item.get("size_bytes"),
+def _variant_axes(variant: str, read_s: float, variants: dict[str, dict], peak_rss: float | None) -> dict:
+    """The variant's point: size is what must stay stored to read it, conversion time that of every
+    variant made for it (references over a paged copy: the copy's too)."""
+    convert = 0.0 if variant == ORIGINAL or (variants.get(variant) or {}).get("variant_kind") == "original" else None
+    if convert is None:
+        times = [(variants.get(name) or {}).get("convert_s") for name in budget.making_order(variant, variants)]
+        convert = None if any(t is None for t in times) else float(sum(times))
+    return {"variant": variant, "read_s": read_s, "size_bytes": budget.storage_bytes(variant, variants),
             "convert_s": convert, "peak_rss_mb": peak_rss}
 
 
 # -- the decision ------------------------------------------------------------------
 def decide(records: list[dict], *, mix: dict[str, float] | None = None,
-           variants: dict[str, dict] | None = None) -> dict:
+           variants: dict[str, dict] | None = None, prices: dict | None = None,
+           cost_months: int = COST_MONTHS, reads_per_month: int = READS_PER_MONTH) -> dict:
     """The decision for ONE dataset's result records; see the module docstring.
 
     ``variants`` maps a variant name to its VARIANT item (``size_bytes``,
-    ``convert_s``: what the convert step records); without it the Pareto front
-    compares read time and peak memory only.
+    ``convert_s``, ``platform``: what the convert step records); without it the
+    Pareto front compares read time and peak memory only, and no cost can be
+    weighed. ``prices``: ``cost.load_prices()``'s (default: the dated file).
     """
     datasets = sorted({r.get("dataset") for r in records if r.get("kind", "RESULT") == "RESULT"})
     if len(datasets) > 1:
@@ -297,6 +326,9 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
     repetitions = walls_by_key(records)
     rss = median_field(records, "peak_rss_mb")
     best = best_readers(medians)
+    costs, costs_note = _layout_costs(records, variants, prices)
+    budgets = budget.budget_rows(variants)
+    yardstick = {"months": cost_months, "reads_per_month": reads_per_month}
     platforms: dict[str, dict] = {}
     for platform in sorted({k[0] for k in best}):
         by_pattern = times_by_pattern(best, platform)
@@ -329,13 +361,14 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
             peaks = [rss.get((platform, p, variant, best[(platform, p, variant)][1])) for p in by_pattern
                      if (platform, p, variant) in best]
             peaks = [x for x in peaks if x is not None]
-            points.append(_variant_axes(variant, read_s, variants.get(variant), max(peaks) if peaks else None))
+            points.append(_variant_axes(variant, read_s, variants, max(peaks) if peaks else None))
         front = pareto_front(points)
         result["pareto"] = {"read_time": read_time_kind, "points": front,
                             "front": [p["variant"] for p in front if p["on_front"]],
                             "axes": front[0]["axes"] if front else []}
-        result["choice"] = choose(platform, result, mix, best, repetitions)
-        result["sentence"] = recommendation_sentence(platform, result, mix)
+        result["costs"] = (costs or {}).get(platform, {})
+        result["choice"] = choose(platform, result, mix, best, repetitions, yardstick=yardstick)
+        result["sentence"] = recommendation_sentence(platform, result, mix, budgets)
         platforms[platform] = result
     primary = _primary_platform(platforms)
     return {
@@ -347,6 +380,10 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
         "platforms": platforms,
         "primary_platform": primary,
         "sentence": platforms[primary]["sentence"] if primary else "No result checked out: nothing to recommend.",
+        "cost_yardstick": yardstick,
+        "costs_note": costs_note,
+        "size_budget": budgets,
+        "paged_reader_effect": paged_reader_effect(records, variants),
     }
 
 
@@ -378,9 +415,85 @@ def _candidate(result: dict, mix: dict | None) -> tuple[str, str, list[str]] | N
     return None
 
 
-def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dict) -> dict | None:
-    """The variant to keep on ``platform``, never a dominated one, and the original when no pattern it was
-    chosen on is measurably faster than the original's."""
+def _layout_costs(records: list[dict], variants: dict[str, dict], prices: dict | None) -> tuple[dict | None, str | None]:
+    """``cost.layout_costs`` and None, or None and why the costs cannot be computed (the decision goes on
+    without weighing them: a price file or a platform name the summary step cannot price is no reason to
+    give no recommendation)."""
+    from layoutlab.report import cost
+
+    if not variants:
+        return None, "no VARIANT items: conversion and storage costs unknown"
+    try:
+        return cost.layout_costs(records, variants, prices), None
+    except UserError as error:
+        return None, f"costs not weighed: {error}"
+
+
+def workload_cost(row: dict | None, patterns: list[str], mix: dict | None, yardstick: dict) -> float | None:
+    """$ of conversion once + ``months`` of storage and of the S3 requests of ``reads_per_month`` reads
+    (shared over ``patterns`` by the mix, else equally); None when a part is unknown."""
+    if not row or row.get("conversion_usd") is None or row.get("storage_usd_per_month") is None:
+        return None
+    per_1000 = [row["requests_usd_per_1000"].get(p) for p in patterns]
+    if not patterns or any(v is None for v in per_1000):
+        return None
+    shares = [mix[p] for p in patterns] if mix else [1 / len(patterns)] * len(patterns)
+    requests = sum(share * v for share, v in zip(shares, per_1000)) * yardstick["reads_per_month"] / ACCESSES_PER_PRICE
+    return row["conversion_usd"] + yardstick["months"] * (row["storage_usd_per_month"] + requests)
+
+
+ACCESSES_PER_PRICE = 1000  # cost rows are $ per 1,000 reads
+
+
+def _comparisons(platform: str, variant: str, against: str, patterns: list[str], best: dict, walls: dict) -> dict:
+    """pattern -> compare(variant's best-reader repetitions, ``against``'s) where both were measured."""
+    out = {}
+    for pattern in patterns:
+        mine, theirs = best.get((platform, pattern, variant)), best.get((platform, pattern, against))
+        if mine and theirs:
+            out[pattern] = compare(walls[(platform, pattern, variant, mine[1])],
+                                   walls[(platform, pattern, against, theirs[1])])
+    return out
+
+
+def cheaper_equivalent(platform: str, variant: str, on: list[str], result: dict, mix: dict | None, best: dict,
+                       walls: dict, yardstick: dict) -> dict | None:
+    """The cheapest variant that reads no measurably slower than ``variant`` on every pattern of ``on``,
+    measurably faster than the original on one of them, on the Pareto front, and cheaper
+    (``workload_cost``); None when there is none or the costs are unknown."""
+    costs = result.get("costs") or {}
+    mine = workload_cost(costs.get(variant), on, mix, yardstick)
+    if mine is None:
+        return None
+    found = None
+    for point in result.get("pareto", {}).get("points", []):
+        other = point["variant"]
+        if other in (variant, ORIGINAL) or not point["on_front"]:
+            continue
+        theirs = workload_cost(costs.get(other), on, mix, yardstick)
+        if theirs is None or theirs >= mine or (found and theirs >= found["cost"]):
+            continue
+        against_choice = _comparisons(platform, other, variant, on, best, walls)
+        if len(against_choice) < len(on) or any(c["verdict"] not in ("no measurable difference", "faster")
+                                                 for c in against_choice.values()):
+            continue
+        against_original = _comparisons(platform, other, ORIGINAL, on, best, walls)
+        if not any(c["verdict"] == "faster" for c in against_original.values()):
+            continue
+        found = {"variant": other, "cost": theirs, "against_choice": against_choice,
+                 "against_original": against_original}
+    if found:
+        found["instead_of"] = variant
+        found["instead_of_cost"] = mine
+    return found
+
+
+def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dict,
+           yardstick: dict | None = None) -> dict | None:
+    """The variant to keep on ``platform``, never a dominated one; the original when no pattern it was
+    chosen on is measurably faster than the original's; a cheaper variant that reads as fast where
+    there is one (``cheaper_equivalent``)."""
+    yardstick = yardstick or {"months": COST_MONTHS, "reads_per_month": READS_PER_MONTH}
     candidate = _candidate(result, mix)
     if candidate is None:
         return None
@@ -395,48 +508,136 @@ def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dic
         variant = min(on_front, key=lambda p: (p["read_s"], p["variant"]))["variant"]
         why = (f"{replaced} was chosen first ({why}), but {variant} is at least as good on every axis of "
                f"{', '.join(points[replaced]['axes'])}")
-    comparison = {}
-    if variant != ORIGINAL:
-        for pattern in on:
-            mine, theirs = best.get((platform, pattern, variant)), best.get((platform, pattern, ORIGINAL))
-            if mine and theirs:
-                comparison[pattern] = compare(walls[(platform, pattern, variant, mine[1])],
-                                              walls[(platform, pattern, ORIGINAL, theirs[1])])
+    comparison = _comparisons(platform, variant, ORIGINAL, on, best, walls) if variant != ORIGINAL else {}
     verdicts = {c["verdict"] for c in comparison.values()}
-    kept_original = bool(comparison) and "faster" not in verdicts
-    if kept_original:
+    costs = result.get("costs") or {}
+    if bool(comparison) and "faster" not in verdicts:
         return {"variant": ORIGINAL, "why": "no variant reads measurably faster than the original on the patterns "
                 "it was chosen for, and the original needs no conversion and no extra storage",
-                "candidate": variant, "comparison": comparison, "no_measurable_difference": True}
+                "candidate": variant, "comparison": comparison, "no_measurable_difference": True,
+                "cost": {"candidate": costs.get(variant), "original": costs.get(ORIGINAL)}, "on": on}
+    cheaper = cheaper_equivalent(platform, variant, on, result, mix, best, walls, yardstick) \
+        if variant != ORIGINAL else None
+    if cheaper:
+        first = variant
+        variant = cheaper["variant"]
+        why = (f"it reads as fast as {first} (chosen first: {why}) and costs less")
+        comparison = cheaper["against_original"]
     return {"variant": variant, "why": why, "candidate": variant, "comparison": comparison,
-            "no_measurable_difference": False, "replaced_dominated": replaced}
+            "no_measurable_difference": False, "replaced_dominated": replaced, "on": on,
+            "cheaper_than": cheaper, "cost": {"kept": costs.get(variant)}, "yardstick": yardstick}
 
 
-def _comparison_text(comparison: dict) -> str:
-    parts = []
-    for pattern, c in comparison.items():
-        if c["interval"] is None:
-            parts.append(f"{pattern} {c['ratio']:.2f}x the original's time ({c['verdict']}: "
-                         f"{min(c['repetitions'])} repetition(s), {MIN_REPETITIONS} needed)")
-        else:
-            low, high = c["interval"]
-            parts.append(f"{pattern} {c['ratio']:.2f}x the original's time (95% interval {low:.2f}-{high:.2f}: "
-                         f"{c['verdict']})")
-    return "; ".join(parts)
+def usd(value: float | None) -> str:
+    """Dollars to two significant digits, never in e-notation: $0.000078, $0.0036, $0.51, $12.40."""
+    if value is None:
+        return "$?"
+    if value == 0:
+        return "$0"
+    if abs(value) >= 1:
+        return f"${value:,.2f}"
+    return f"${value:.{max(2, 1 - math.floor(math.log10(abs(value))))}f}"
 
 
-def recommendation_sentence(platform: str, result: dict, mix: dict | None) -> str:
-    """The recommendation in one plain sentence."""
+def _interval_text(c: dict, whose: str) -> str:
+    if c["interval"] is None:
+        return (f"{c['ratio']:.2f}x {whose} time ({c['verdict']}: {min(c['repetitions'])} repetition(s), "
+                f"{MIN_REPETITIONS} needed)")
+    low, high = c["interval"]
+    return f"{c['ratio']:.2f}x {whose} time (95% interval {low:.2f}-{high:.2f}: {c['verdict']})"
+
+
+def _comparison_text(comparison: dict, whose: str = "the original's") -> str:
+    return "; ".join(f"{pattern} {_interval_text(c, whose)}" for pattern, c in comparison.items())
+
+
+def _original_kept_cost_text(choice: dict) -> str:
+    """What keeping the original saves: the candidate's conversion $ and its storage $ beyond the original's."""
+    row = (choice.get("cost") or {}).get("candidate")
+    original = (choice.get("cost") or {}).get("original") or {}
+    if not row or row.get("conversion_usd") is None:
+        return ""
+    extra = None
+    if row.get("storage_usd_per_month") is not None and original.get("storage_usd_per_month") is not None:
+        extra = row["storage_usd_per_month"] - original["storage_usd_per_month"]
+    store = "" if extra is None else (f" and {usd(extra)} a month more in S3" if extra > 0 else
+                                      f" ({usd(-extra)} a month less in S3)")
+    return f"; making {choice['candidate']} would cost {usd(row['conversion_usd'])} once{store}"
+
+
+def recommendation_sentence(platform: str, result: dict, mix: dict | None, budgets: list[dict] | None = None) -> str:
+    """The recommendation in one plain sentence (it may run to a few clauses; never a line break)."""
     choice = result.get("choice")
     if choice is None:
         return f"On {platform} no variant was measured on every pattern: nothing to recommend."
     measured_against = _comparison_text(choice["comparison"])
     if choice["no_measurable_difference"]:
         return (f"On {platform}, keep the original: {choice['why']} ({choice['candidate']}: "
-                f"{measured_against}).")
+                f"{measured_against}{_original_kept_cost_text(choice)}).")
     patterns = result["patterns"]
     variant = choice["variant"]
     wins = [p for p, e in patterns.items() if e["best_variant"] == variant]
     tail = f"; it is the fastest for {', '.join(wins)}" if wins else ""
+    cheaper = choice.get("cheaper_than")
+    if cheaper:
+        first = cheaper["instead_of"]
+        costs = result.get("costs") or {}
+        mine, theirs = costs.get(variant) or {}, costs.get(first) or {}
+        yardstick = choice["yardstick"]
+        requests = ", ".join(
+            f"{p} {usd(mine['requests_usd_per_1000'].get(p))} vs {usd(theirs['requests_usd_per_1000'].get(p))}"
+            for p in choice["on"])
+        whose = f"{first}'s"
+        tail += (f". Against {first}: {_comparison_text(cheaper['against_choice'], whose)}. "
+                 f"Cost, {variant} vs {first}: {usd(mine.get('conversion_usd'))} vs "
+                 f"{usd(theirs.get('conversion_usd'))} to convert, {usd(mine.get('storage_usd_per_month'))} vs "
+                 f"{usd(theirs.get('storage_usd_per_month'))} a month in S3, S3 requests per 1,000 reads "
+                 f"{requests}: {usd(cheaper['cost'])} vs {usd(cheaper['instead_of_cost'])} over "
+                 f"{yardstick['months']} months at {yardstick['reads_per_month']:,} reads a month")
     against = f" Against the original: {measured_against}." if measured_against else ""
-    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}"
+    over = next((b for b in budgets or [] if b["variant"] == variant and b["within_budget"] is False), None)
+    flag = (f" Note: {variant} needs {budget.budget_text(over)} (size budget)." if over else "")
+    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}"
+
+
+BASELINE = f"original + {DEFAULT_READER}'s"
+
+
+# -- the seeds' effect --------------------------------------------------------------
+def paged_variants(variants: dict[str, dict], records: list[dict]) -> list[str]:
+    """Paged HDF5 copies: by their VARIANT item's kind, else (results without items) by name."""
+    names = {r["variant"] for r in records if r.get("variant")} | set(variants)
+    return sorted(n for n in names if budget.variant_kind(n, variants.get(n)) in budget.PAGED_KINDS)
+
+
+def paged_reader_effect(records: list[dict], variants: dict[str, dict] | None = None) -> dict[str, list[dict]]:
+    """platform -> one row per paged variant x pattern: the paged copy read with the aligned reader against
+    the original read with h5py's defaults (Lopez et al.'s comparison), ratio of median times and its
+    interval (``compare``), whether or not either is the recommended pair."""
+    variants = variants or {}
+    walls = walls_by_key(records)
+    out: dict[str, list[dict]] = defaultdict(list)
+    for paged in paged_variants(variants, records):
+        for (platform, pattern, variant, reader), mine in sorted(walls.items()):
+            if variant != paged or reader != ALIGNED_READER:
+                continue
+            base = walls.get((platform, pattern, ORIGINAL, DEFAULT_READER))
+            if not base:
+                continue
+            out[platform].append({"pattern": pattern, "variant": paged, "reader": ALIGNED_READER,
+                                  "original_reader": DEFAULT_READER, "median_s": statistics.median(mine),
+                                  "original_median_s": statistics.median(base), **compare(mine, base)})
+    return dict(out)
+
+
+def paged_reader_effect_text(rows: list[dict]) -> str:
+    """``paged-8MiB with h5py-s3fs-aligned vs the original with h5py-s3fs-default: beam-read 0.62x ...``"""
+    by_variant: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_variant[row["variant"]].append(row)
+    parts = []
+    for variant, group in by_variant.items():
+        measured_text = "; ".join(f"{r['pattern']} {_interval_text(r, BASELINE)}" for r in group)
+        parts.append(f"{variant} read with {ALIGNED_READER} against the original read with {DEFAULT_READER} "
+                     f"(Lopez et al.): {measured_text}")
+    return ". ".join(parts)

@@ -100,6 +100,11 @@ def build_section(dataset: str, kinds: dict[str, list[dict]], *, mix: dict[str, 
     for platform, result in decided["platforms"].items():
         if platform != primary:
             section.notes.append(result["sentence"])
+    effect = decided.get("paged_reader_effect", {}).get(primary)
+    if effect:
+        section.notes.append(decision.paged_reader_effect_text(effect) + ".")
+    if decided.get("costs_note"):
+        section.notes.append(decided["costs_note"] + ".")
     counted, excluded = decided["results_counted"], decided["results_excluded"]
     section.notes.append(f"{counted} results counted, {excluded} excluded (values that did not check out); "
                          f"times are medians over repetitions, each case a cold single-core process.")
@@ -108,6 +113,8 @@ def build_section(dataset: str, kinds: dict[str, list[dict]], *, mix: dict[str, 
     _figures(section, results, variants, decided, model)
     _decision_tables(section, decided)
     _variant_table(section, variants)
+    _budget_table(section, decided)
+    _effect_table(section, decided)
     for platform in decided["platforms"]:
         header, rows = tables.median_table(decision.good_results(results), platform)
         section.tables.append((f"Median {obs.BENCH_WALL_TIME.name} (s), best reader, {platform}", header, rows,
@@ -115,7 +122,7 @@ def build_section(dataset: str, kinds: dict[str, list[dict]], *, mix: dict[str, 
     header, rows = tables.requests_table(decision.good_results(results), primary)
     section.tables.append((f"{obs.BENCH_REQUESTS.name} and {obs.BENCH_BYTES.name} per case, {primary}", header, rows,
                            "medians over repetitions and readers"))
-    _cost_table(section, results, variants)
+    _cost_table(section, results, variants, decided)
     _model_tables(section, model)
     _failure_table(section, failures)
     return section
@@ -150,7 +157,7 @@ def _figure(section: DatasetSection, key: str, title: str, alt: str, caption: st
 
 
 def _figures(section: DatasetSection, results, variants, decided, model) -> None:
-    from layoutlab.report import plots
+    from layoutlab.report import decision, plots
 
     primary = decided["primary_platform"]
     zarr_readers = defaultdict(int)
@@ -212,8 +219,10 @@ def _figures(section: DatasetSection, results, variants, decided, model) -> None
                                          title=f"{section.source}: requests and bytes moved, {primary}"))
     _figure(section, "size-overhead", "Size overhead per variant",
             "Horizontal bar chart of each variant's stored size in MB with its overhead over the original",
-            f"{obs.CONVERT_OUTPUT_BYTES.name}: stored size of each variant; in brackets its overhead over the "
-            f"original (Lopez et al. cap paging's at 5%).",
+            f"{obs.CONVERT_OUTPUT_BYTES.name} of what must stay stored to read each variant (references: "
+            f"their own bytes plus the object they point at), labelled with its overhead over the original and "
+            f"its size budget (the VARIANT item's, else the default 5%: Lopez et al. cap paging's there); red "
+            f"when over it.",
             lambda: plots.size_figure(plots.size_rows(variants), title=f"{section.source}: stored size per variant"))
     choice = decided["platforms"][primary].get("choice") or {}
     if choice.get("comparison"):
@@ -226,6 +235,20 @@ def _figures(section: DatasetSection, results, variants, decided, model) -> None
                 f"measurably faster the original is kept (it needs no conversion and no storage).",
                 lambda: plots.comparison_figure(choice["comparison"], variant=candidate,
                                                 title=f"{section.source}: {candidate} vs original, {primary}"))
+    effect = (decided.get("paged_reader_effect") or {}).get(primary) or []
+    for paged in sorted({r["variant"] for r in effect}):
+        rows = {r["pattern"]: r for r in effect if r["variant"] == paged}
+        mine = f"{paged} + {decision.ALIGNED_READER}"
+        theirs = f"original + {decision.DEFAULT_READER}"
+        _figure(section, "paged-reader-effect" + ("" if len({r["variant"] for r in effect}) == 1 else f"-{paged}"),
+                "The seeds' effect: paged + aligned reader against original + default reader",
+                f"Dot plot of {mine}'s median time over {theirs}'s per pattern on {primary}, with 95% bootstrap "
+                f"intervals and a dashed line at 1",
+                f"Lopez et al.'s comparison on {primary}, shown whether or not either is recommended: {paged} read "
+                f"with the reader aligned to its pages against the original read with h5py's defaults; ratio of "
+                f"median wall times, bars the 95% bootstrap interval over repetitions; left of 1 is faster.",
+                lambda rows=rows, mine=mine, theirs=theirs: plots.comparison_figure(
+                    rows, variant=mine, baseline=theirs, title=f"{section.source}, {primary}:\n{mine} vs {theirs}"))
     pareto = decided["platforms"][primary].get("pareto") or {}
     _figure(section, "pareto", "Read time against size: the Pareto front",
             f"Scatter plot of read time against stored size per variant on {primary}, Pareto-front variants circled",
@@ -276,9 +299,10 @@ def _variant_table(section: DatasetSection, variants: dict[str, dict]) -> None:
                                         f"{obs.CONVERT_WALL_TIME.name} (s)", "chunks"], rows, ""))
 
 
-def _cost_table(section: DatasetSection, results, variants) -> None:
-    """$ per 1,000 accesses, variant × pattern, one table per platform; then storage $ per month."""
-    from layoutlab.report import cost
+def _cost_table(section: DatasetSection, results, variants, decided: dict) -> None:
+    """$ per 1,000 accesses, variant × pattern, one table per platform; then each layout's costs
+    (conversion once, storage a month, reads) as the decision weighed them."""
+    from layoutlab.report import cost, tables
 
     prices = cost.load_prices()
     rows = cost.cost_table(results, variants, prices)
@@ -293,11 +317,49 @@ def _cost_table(section: DatasetSection, results, variants) -> None:
                                f"compute (billed {billed}) + invocations + S3 GETs, from the best reader's median wall "
                                f"time and GET count; priced as a {_KIND_NAMES.get(mine[0]['kind'], mine[0]['kind'])} of {mine[0]['memory_mb']} MB "
                                f"(prices: {rows[0]['prices']}, report/prices/)"))
-    storage = cost.storage_costs(variants, prices)
-    if storage:
-        section.tables.append(("Storage in S3", ["variant", "size (B)", "$ / month"],
-                               [[r["variant"], f"{r['size_bytes']:,}", _s(r["storage_usd_per_month"], "{:.6f}")]
-                                for r in storage], "S3 Standard, first tier"))
+    yardstick = decided.get("cost_yardstick") or {}
+    for platform, result in decided["platforms"].items():
+        if not result.get("costs"):
+            continue
+        header, body = tables.cost_rows_table(result["costs"])
+        section.tables.append((f"Cost of each layout, {platform}", header, body,
+                               "conversion $ once: the VARIANT item's conversion time on the platform it was "
+                               "converted on (references over a copy add the copy's); S3 $ a month: the bytes that "
+                               "must stay stored to read it (S3 Standard); reads: the best reader's measured time "
+                               "and requests, as above. Where reads are not measurably different the cheaper "
+                               f"layout is kept, weighed over {yardstick.get('months')} months at "
+                               f"{yardstick.get('reads_per_month', 0):,} reads a month (conversion + storage + "
+                               "S3 requests)"))
+
+
+def _budget_table(section: DatasetSection, decided: dict) -> None:
+    from layoutlab.report import tables
+
+    if decided.get("size_budget"):
+        header, rows = tables.budget_table(decided["size_budget"])
+        section.tables.append(("Size overhead against the budget", header, rows,
+                               "overhead = bytes stored to read the variant over the original's size (references "
+                               "count what they point at); budget: the VARIANT item's size_budget, else the default "
+                               "5% (Lopez et al.; NSIDC's production ATL03 grows ~1%); [!] a paged variant or "
+                               "references over budget"))
+
+
+def _effect_table(section: DatasetSection, decided: dict) -> None:
+    from layoutlab.report import decision
+
+    rows = []
+    for platform, effect in sorted((decided.get("paged_reader_effect") or {}).items()):
+        for r in effect:
+            interval = "-" if r["interval"] is None else f"{r['interval'][0]:.2f}-{r['interval'][1]:.2f}"
+            rows.append([platform, r["pattern"], r["variant"], _s(r["median_s"]), _s(r["original_median_s"]),
+                         f"{r['ratio']:.2f}x", interval, r["verdict"]])
+    if rows:
+        section.tables.append(("The seeds' effect: paged + aligned reader vs original + default reader",
+                               ["platform", "pattern", "paged variant",
+                                f"paged + {decision.ALIGNED_READER} s", f"original + {decision.DEFAULT_READER} s",
+                                "ratio", "95% interval", "verdict"], rows,
+                               "Lopez et al.'s comparison, whatever the recommendation: medians over repetitions, "
+                               "bootstrap interval of the ratio of medians"))
 
 
 def _model_tables(section: DatasetSection, model: dict | None) -> None:

@@ -38,6 +38,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from layoutlab import observability as obs  # noqa: E402
+from layoutlab.report.budget import DEFAULT_SIZE_BUDGET  # noqa: E402
 from layoutlab.report.decision import measured  # noqa: E402
 
 HEATMAP_PATTERNS = ("timeseries-point", "map-timestep")
@@ -144,9 +145,15 @@ def traffic_rows(records: list[dict], *, platform: str) -> list[dict]:
 
 
 def size_rows(variants: dict[str, dict]) -> list[dict]:
-    """One row per variant: stored size and overhead over the original (from VARIANT items)."""
-    return [{"variant": name, "size_bytes": item.get("size_bytes"), "size_overhead": item.get("size_overhead")}
-            for name, item in sorted(variants.items()) if item.get("size_bytes") is not None]
+    """One row per variant: bytes stored to read it, overhead over the original and its size budget
+    (``budget.budget_rows``: references count what they point at; older items without a recorded
+    budget get the default)."""
+    from layoutlab.report.budget import budget_rows
+
+    return [{"variant": row["variant"], "size_bytes": row["storage_bytes"], "size_overhead": row["overhead"],
+             "size_budget": row["size_budget"], "within_budget": row["within_budget"],
+             "references": row["references"]}
+            for row in budget_rows(variants) if row["storage_bytes"] is not None]
 
 
 # -- figures -----------------------------------------------------------------------------
@@ -320,23 +327,41 @@ def traffic_figure(rows: list[dict], *, title: str) -> Figure:
 
 
 def size_figure(rows: list[dict], *, title: str) -> Figure:
-    """Stored size of each variant, labelled with its overhead over the original."""
+    """Bytes stored to read each variant, labelled with its overhead over the original against its size
+    budget; red when over it. A dotted line marks the original's size plus the (smallest) budget."""
     if not rows:
         raise ValueError("no variant sizes")
     rows = sorted(rows, key=lambda r: r["variant"])
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4), dpi=DPI, layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.6), dpi=DPI, layout="constrained")
     sizes = [r["size_bytes"] / 1e6 for r in rows]
-    colours = ["#888888" if r["size_overhead"] is None else ("#c0504d" if r["size_overhead"] > 0.05 else "#4f81bd")
-               for r in rows]
+
+    def over(r):
+        within = r.get("within_budget")
+        if within is None and r["size_overhead"] is not None:  # rows built by hand: judge them by the default
+            within = r["size_overhead"] <= (r.get("size_budget") or DEFAULT_SIZE_BUDGET)
+        return None if within is None else not within
+
+    colours = ["#888888" if over(r) is None else ("#c0504d" if over(r) else "#4f81bd") for r in rows]
     bars = ax.barh(range(len(rows)), sizes, color=colours)
-    labels = [f"{s:.1f} MB" + ("" if r["size_overhead"] is None else f"  ({r['size_overhead']:+.1%})")
-              for s, r in zip(sizes, rows)]
+    labels = []
+    for size, r in zip(sizes, rows):
+        label = f"{size:.1f} MB"
+        if r["size_overhead"] is not None:
+            budget = r.get("size_budget") or DEFAULT_SIZE_BUDGET
+            label += f"  {r['size_overhead']:+.1%} / {budget:.0%}{' OVER' if over(r) else ''}"
+        labels.append(label)
     ax.bar_label(bars, labels=labels, fontsize=8, padding=3)
-    ax.set_yticks(range(len(rows)), [r["variant"] for r in rows], fontsize=8)
+    names = [r["variant"] + (f" (refs + {r['references']})" if r.get("references") else "") for r in rows]
+    ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(metric_label(obs.CONVERT_OUTPUT_BYTES, "MB"))
-    ax.margins(x=0.3)
-    ax.set_title(title + "\n(red: more than 5% over the original, Lopez et al.'s cap)", fontsize=10)
+    original = next((r for r in rows if r["variant"] == "original"), None)
+    if original:
+        budget = min(r.get("size_budget") or DEFAULT_SIZE_BUDGET for r in rows)
+        ax.axvline(original["size_bytes"] / 1e6 * (1 + budget), color="#c0504d", linestyle=":", linewidth=1)
+    ax.set_xlabel(f"bytes stored to read it: {metric_label(obs.CONVERT_OUTPUT_BYTES, 'MB')} "
+                  "(references: + what they point at)", fontsize=8)
+    ax.margins(x=0.5)
+    ax.set_title(title + "\n(overhead / size budget; red: over it; dotted: the original + the budget)", fontsize=10)
     return fig
 
 
@@ -363,9 +388,10 @@ def pareto_figure(points: list[dict], *, title: str, read_time: str) -> Figure:
     return fig
 
 
-def comparison_figure(comparison: dict, *, variant: str, title: str) -> Figure:
+def comparison_figure(comparison: dict, *, variant: str, title: str, baseline: str = "original") -> Figure:
     """The kept (or first-chosen) variant's time over the original's per pattern, with the 95% bootstrap
-    interval of that ratio (decision.compare); 1 = no difference, left of it = faster than the original."""
+    interval of that ratio (decision.compare); 1 = no difference, left of it = faster than ``baseline``
+    (the original; for the seeds' effect, the original read with h5py's defaults)."""
     rows = [(pattern, c) for pattern, c in sorted(comparison.items())]
     if not rows:
         raise ValueError("no comparison with the original")
@@ -387,7 +413,7 @@ def comparison_figure(comparison: dict, *, variant: str, title: str) -> Figure:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
     ax.set_yticks(range(len(rows)), [pattern for pattern, _ in rows], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set_xlabel(f"{variant} time / original time (median over repetitions; bar: 95% bootstrap interval)",
+    ax.set_xlabel(f"{variant} time / {baseline} time\n(median over repetitions; bar: 95% bootstrap interval)",
                   fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title, fontsize=10)

@@ -10,6 +10,12 @@ Following Nguyen et al.: the *performance bias* of a pattern is the slowest
 variant's time over the fastest's; the *balanced* choice minimises the product
 of the time-series and map times; we also give the variant with the smallest
 worst-case slowdown over every pattern measured.
+
+Beside them, from the decision (``decision.decide``): each variant's costs
+(conversion $ once, storage $ a month, $ per 1,000 reads of each pattern),
+each variant's size overhead against the size budget, the choice and the cost
+that decided it, and the seeds' effect (the original with h5py's defaults
+against a paged copy with the aligned reader) with its interval.
 """
 
 from __future__ import annotations
@@ -33,6 +39,18 @@ def summarize(dataset_id: str, records: list[dict], decided: dict | None = None)
         }
         for platform, result in decided["platforms"].items()
     }
+    choices = {}
+    for platform, result in decided["platforms"].items():
+        choice = result.get("choice") or {}
+        cheaper = choice.get("cheaper_than") or {}
+        choices[platform] = {
+            "variant": choice.get("variant"), "candidate": choice.get("candidate"), "why": choice.get("why"),
+            "no_measurable_difference": choice.get("no_measurable_difference"),
+            "comparison": choice.get("comparison"),
+            "cheaper_than": ({"instead_of": cheaper["instead_of"], "cost_usd": cheaper["cost"],
+                              "instead_of_cost_usd": cheaper["instead_of_cost"],
+                              "against_choice": cheaper["against_choice"]} if cheaper else None),
+        }
     failed = sum(1 for r in records if wrong_values(r) or (r.get("kind", "RESULT") == "RESULT" and r.get("status", "ok") != "ok"))
     return {
         "scaling": scaling(records),
@@ -40,6 +58,12 @@ def summarize(dataset_id: str, records: list[dict], decided: dict | None = None)
         "results_counted": sum(1 for r in records if measured(r)),
         "results_excluded": failed,
         "platforms": platforms,
+        "choice": choices,
+        "costs": {platform: result.get("costs") or {} for platform, result in decided["platforms"].items()},
+        "cost_yardstick": decided.get("cost_yardstick"),
+        "costs_note": decided.get("costs_note"),
+        "size_budget": decided.get("size_budget") or [],
+        "paged_reader_effect": decided.get("paged_reader_effect") or {},
     }
 
 

@@ -71,4 +71,64 @@ def summary_lines(summary: dict) -> list[str]:
         if worst:
             lines.append(f"{platform:<14} smallest worst-case slowdown: {worst['variant']} "
                          f"({worst['worst_slowdown']:.1f}x of the best at worst)")
+    return lines + decision_lines(summary)
+
+
+def _usd(value) -> str:
+    from layoutlab.report.decision import usd
+
+    return usd(value)
+
+
+def budget_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Variant: stored size needed, overhead over the original, the budget and the verdict, the page size."""
+    from layoutlab.report.budget import budget_text
+    from layoutlab.units import size_label
+
+    body = []
+    for row in rows:
+        stored = "-" if row["storage_bytes"] is None else f"{row['storage_bytes'] / 1e6:.1f}"
+        what = f"references + {row['references']}" if row["references"] else (row["kind"] or "")
+        page = size_label(row["page_size"]) if row["page_size"] else "-"
+        choice = f" ({row['page_size_choice']})" if row.get("page_size_choice") else ""
+        body.append([row["variant"] + (" [!]" if row["flag"] else ""), what, stored, budget_text(row), page + choice])
+    return ["variant", "what is stored", "MB stored to read it", "overhead vs size budget", "page size"], body
+
+
+def cost_rows_table(costs: dict[str, dict], patterns: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Variant: conversion $ once (and how it was priced), storage $ a month, $ per 1,000 reads per pattern."""
+    patterns = patterns or sorted({p for row in costs.values() for p in row.get("read_usd_per_1000", {})})
+    body = []
+    for variant, row in sorted(costs.items(), key=lambda kv: (kv[0] != "original", kv[0])):
+        steps = row.get("conversion") or {}
+        billed = "; ".join(f"{name}: {step.get('billed')}" for name, step in steps.items()) or "no conversion"
+        body.append([variant, _usd(row.get("conversion_usd")), billed, _usd(row.get("storage_usd_per_month"))]
+                    + [_usd(row.get("read_usd_per_1000", {}).get(p)) if p in row.get("read_usd_per_1000", {}) else "-"
+                       for p in patterns])
+    return ["variant", "convert $ (once)", "priced as", "S3 $ / month"] + [f"{p} $ / 1,000 reads" for p in patterns], body
+
+
+def decision_lines(summary: dict) -> list[str]:
+    """The SUMMARY item's size budget, costs and seeds' effect as text (what `layoutlab results --kind
+    SUMMARY` and the demo's report print under the winners)."""
+    from layoutlab.report.decision import paged_reader_effect_text
+
+    lines = []
+    if summary.get("size_budget"):
+        header, rows = budget_table(summary["size_budget"])
+        lines += ["size budget ([!]: a paged variant, or references, over its budget):"]
+        lines += ["  " + line for line in render(header, rows).splitlines()]
+    for platform, costs in sorted((summary.get("costs") or {}).items()):
+        if costs:
+            yardstick = summary.get("cost_yardstick") or {}
+            header, rows = cost_rows_table(costs)
+            lines += [f"cost on {platform} (reads: the best reader's measured time and requests"
+                      + (f"; weighed over {yardstick['months']} months at {yardstick['reads_per_month']:,} reads "
+                         "a month" if yardstick else "") + "):"]
+            lines += ["  " + line for line in render(header, rows).splitlines()]
+    if summary.get("costs_note"):
+        lines.append(summary["costs_note"])
+    for platform, effect in sorted((summary.get("paged_reader_effect") or {}).items()):
+        if effect:
+            lines.append(f"{platform}: {paged_reader_effect_text(effect)}")
     return lines
