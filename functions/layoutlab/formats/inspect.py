@@ -61,8 +61,12 @@ def _open_bytes(location: str):
             yield stream, path.stat().st_size
 
 
-def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_SIZE) -> dict:
-    """The report for ``location``; ``page_size`` is the page size the scatter figures assume for unpaged files."""
+def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_SIZE, per_dataset: bool = False) -> dict:
+    """The report for ``location``; ``page_size`` is the page size the scatter figures assume for unpaged files.
+
+    ``per_dataset`` adds ``hdf5.chunked_datasets``: each chunked dataset's shape, chunk shape and
+    stored chunk sizes (what ``layoutlab inspect --check`` judges chunk sizes by; one entry per
+    dataset, so left out of the plain report)."""
     location = str(location)
     with _open_bytes(location) as (stream, size):
         head = stream.read(HEAD_BYTES)
@@ -76,7 +80,7 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
 
         try:
             with h5py.File(stream, "r") as f:
-                details = _inspect_hdf5(f, size, page_size)
+                details = _inspect_hdf5(f, size, page_size, per_dataset)
         except DAMAGED_HDF5_ERRORS as error:
             raise BadInputFile(location, f"HDF5 signature found but the file cannot be read (truncated or damaged): "
                                          f"{damaged_reason(error)}") from None
@@ -87,7 +91,7 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
     return report
 
 
-def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
+def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = False) -> dict:
     import h5py
 
     fcpl = f.id.get_create_plist()
@@ -99,6 +103,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
     filters = Counter()
     compact, unlimited, netcdf_unlimited_dims = [], [], []
     unlimited_shapes = []  # (dataset, maxshape) of every extensible dataset: who may use an unlimited dimension
+    unlimited_with_data = []  # extensible datasets holding data (a zero-length one has no chunk to read or fix)
+    chunked = []  # (path, shape, chunk shape, itemsize, first, end): its chunks are chunk_sizes[first:end]
     extents: list[tuple[int, int]] = []  # (offset, size) of raw data in the file
     chunk_sizes: list[int] = []
     chunks_over_page = 0
@@ -135,6 +141,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
         if maxshape and any(m is None for m in maxshape):
             unlimited.append(path)
             unlimited_shapes.append((obj, maxshape))
+            if obj.size:
+                unlimited_with_data.append(path)
             if attrs.get("CLASS") == b"DIMENSION_SCALE":
                 netcdf_unlimited_dims.append({"name": path, "length": int(obj.shape[0]) if obj.shape else 0,
                                               "_addr": info.addr})
@@ -149,7 +157,9 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
                 extents.append((chunk.byte_offset, chunk.size))
                 chunk_sizes.append(chunk.size)
 
+            first = len(chunk_sizes)
             obj.id.chunk_iter(on_chunk)
+            chunked.append((path, obj.shape, obj.chunks, obj.dtype.itemsize, first, len(chunk_sizes)))
 
     f.visititems(visit)
     _unlimited_dimension_lengths(f, netcdf_unlimited_dims, unlimited_shapes)
@@ -158,8 +168,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
     layout_page = page_size or assumed_page_size
     if chunk_sizes:
         chunks_over_page = int((chunk_sizes_arr > layout_page).sum())
-    scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page)
-    return {
+    scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page, paged)
+    details = {
         "netcdf4_markers": netcdf4_markers,
         "file_space": {
             "strategy": STRATEGY_NAMES.get(strategy, str(strategy)),
@@ -177,10 +187,26 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int) -> dict:
         "metadata_scatter": scatter,
         "chunks": _chunk_summary(chunk_sizes_arr, chunks_over_page),
         "filters": dict(filters),
-        "unlimited_datasets": {"count": len(unlimited), "names": unlimited[:LISTED]},
+        "unlimited_datasets": {"count": len(unlimited), "names": unlimited[:LISTED],
+                               "with_data": len(unlimited_with_data), "with_data_names": unlimited_with_data[:LISTED]},
         "netcdf_unlimited_dimensions": netcdf_unlimited_dims,
         "compact_datasets": {"count": len(compact), "names": compact[:LISTED]},
     }
+    if per_dataset:
+        details["chunked_datasets"] = [_chunked_dataset(path, shape, chunk, itemsize, chunk_sizes_arr[first:end])
+                                       for path, shape, chunk, itemsize, first, end in chunked]
+    return details
+
+
+def _chunked_dataset(path, shape, chunk, itemsize, stored: np.ndarray) -> dict:
+    """One chunked dataset: its shape, chunk shape, uncompressed chunk bytes and stored chunk sizes."""
+    entry = {"name": path, "shape": [int(n) for n in shape], "chunks": [int(n) for n in chunk],
+             "itemsize": int(itemsize), "chunk_bytes": int(np.prod(chunk, dtype="i8")) * int(itemsize),
+             "stored_count": int(stored.size)}
+    if stored.size:
+        entry.update(stored_median=int(np.median(stored)), stored_max=int(stored.max()),
+                     stored_total=int(stored.sum()))
+    return entry
 
 
 def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
@@ -220,13 +246,18 @@ def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
         dim.pop("_addr", None)
 
 
-def _metadata_scatter(extents, size, userblock, page_size) -> dict:
+def _metadata_scatter(extents, size, userblock, page_size, paged=False) -> dict:
     """Where the non-raw-data bytes (metadata and free space) lie.
 
     ``regions``: separate runs between raw-data extents, i.e. roughly how many
     requests a reader needs to see all metadata. ``pages``: how many
     ``page_size``-aligned blocks contain some of it (what a page-aligned block
-    cache would fetch).
+    cache would fetch). ``metadata_pages``: how many page-sized ranged GETs
+    fetch all the metadata. In an unpaged file that is ``pages``. In a paged
+    file metadata and raw data never share a page (HDF5's paged aggregation
+    keeps them apart), so a gap inside a page that holds raw data is that
+    page's unused tail, not metadata: only pages wholly outside raw data count,
+    and pages are counted from the end of the user block, as HDF5 aligns them.
     """
     extents = sorted((o, s) for o, s in extents if s > 0)
     gaps = []
@@ -247,7 +278,24 @@ def _metadata_scatter(extents, size, userblock, page_size) -> dict:
         "span_fraction": round(span / size, 4) if size else 0.0,
         "assumed_page_size": int(page_size),
         "pages": len(pages),
+        "metadata_pages": _pages_outside_raw_data(gaps, size, userblock, page_size) if paged else len(pages),
     }
+
+
+def _pages_outside_raw_data(gaps, size, base, page_size) -> int:
+    """Pages (aligned from ``base``) that lie wholly inside one gap between raw-data extents.
+
+    Gaps are what lies between raw-data extents, so a page touching no raw data is covered
+    by a single gap (the file's end cuts the last page short)."""
+    count = 0
+    for offset, length in gaps:
+        end = offset + length
+        first = (offset - base + page_size - 1) // page_size  # first page starting inside the gap
+        last = (end - base) // page_size  # pages before this one end inside the gap
+        if end == size and (end - base) % page_size:  # the file's last, short page
+            last += 1
+        count += max(0, last - first)
+    return count
 
 
 def _chunk_summary(sizes: np.ndarray, over_page: int) -> dict:
