@@ -43,3 +43,111 @@ def test_the_summary_recipe_names_the_kept_variant_and_the_settings_its_reader_r
         assert "layoutlab rechunk INPUT.nc OUTPUT.zarr --chunks time=" in made["text"]
         assert "'async.concurrency': 10" in made["text"]
     assert made["read"], made  # the reader settings that got the measured time are in it
+
+
+# -- references, Icechunk, shards, and the readers that read them ---------------------------------
+def _installed(name):
+    from layoutlab.report.recipe import installed_version
+
+    return installed_version(name)
+
+
+VIRTUAL_RECORD = {"virtual_arrays": 618, "virtual_chunks": 2100, "inlined": [{"variable": "a", "reason": "compact"}],
+                  "skipped": [], "packed": [], "over": "s3://ingest/incoming/atl03.h5?versionId=v1",
+                  "source_etag": '"930280d4"'}
+
+
+def test_kerchunk_references_over_the_original_give_layoutlabs_call_and_the_plain_virtualizarr_one():
+    steps = make_steps("kerchunk-original", {"variant_kind": "virtual-kerchunk", "virtual": VIRTUAL_RECORD,
+                                             "spec": {"kind": "virtual-kerchunk", "over": "original"}})
+    assert steps["commands"][0] == (f'pip install "virtualizarr=={_installed("virtualizarr")}" '
+                                    f'"obspec-utils=={_installed("obspec-utils")}" "kerchunk=={_installed("kerchunk")}"'
+                                    "  # as installed where this recipe was written")
+    assert "# measured over s3://ingest/incoming/atl03.h5?versionId=v1" in steps["commands"]
+    assert 'virtual.build_layout("INPUT.h5", "SOURCE_URL")' in steps["python"]
+    assert "parser=HDFParser(group=GROUP)" in steps["python"]
+    assert 'vds.vz.to_kerchunk("kerchunk-original.json", format="json", zarr_format=3)' in steps["python"]
+    assert "618 arrays referenced (2100 chunks), 1 inlined, 0 skipped" in steps["note"]
+
+
+def test_references_over_a_paged_copy_start_by_making_the_copy():
+    variants = {"paged-8MiB": {"variant_kind": "repack-paged", "spec": {"kind": "repack-paged",
+                                                                        "page_size": 8 * 2**20}}}
+    steps = make_steps("kerchunk-paged-8MiB", {"variant_kind": "virtual-kerchunk",
+                                               "spec": {"kind": "virtual-kerchunk", "over": "paged-8MiB"},
+                                               "versions": {"virtualizarr": "2.8.0", "obspec-utils": "0.9.0",
+                                                            "kerchunk": "0.2.10"}}, variants)
+    assert steps["commands"][0] == "layoutlab repack INPUT.h5 OUTPUT.h5 --page-size 8MiB   # first: paged-8MiB"
+    assert steps["commands"][1].endswith("# recorded with the variant")  # the item's own versions, pinned
+    assert '"virtualizarr==2.8.0"' in steps["commands"][1]
+    assert 'virtual.build_layout("OUTPUT.h5", "URL_OF_PAGED_8MIB")' in steps["python"]
+
+
+def test_icechunk_virtual_gives_the_repository_with_its_container_and_the_etag_pin():
+    steps = make_steps("icechunk-virtual", {"variant_kind": "icechunk-virtual", "virtual": VIRTUAL_RECORD,
+                                            "spec": {"kind": "icechunk-virtual"}})
+    assert f'"icechunk=={_installed("icechunk")}"' in steps["commands"][0]
+    python = steps["python"]
+    assert "virtual.write_icechunk_virtual(layout, " in python and "etag=SOURCE_ETAG" in python
+    assert 'config.set_virtual_chunk_container(icechunk.VirtualChunkContainer("s3://BUCKET/"' in python
+    assert "icechunk.Repository.create(" in python and "vds.vz.to_icechunk(session.store)" in python
+    assert 'session.commit(' in python
+    assert '"930280d4"' in steps["note"] and "ETag" in steps["note"]
+
+
+def test_native_icechunk_and_sharded_zarr_give_create_array_with_chunks_and_shards():
+    spec = {"kind": "icechunk", "name": "icechunk-sharded-24x50x50", "chunks": {"time": 24, "lat": 50, "lon": 50},
+            "shards": {"time": 240, "lat": 100, "lon": 100}}
+    steps = make_steps("icechunk-sharded-24x50x50", {"variant_kind": "icechunk", "spec": spec})
+    assert "icechunk.Repository.create(icechunk.s3_storage(" in steps["python"]
+    assert ("root.create_array(VARIABLE, shape=..., dtype=..., chunks=(24, 50, 50), shards=(240, 100, 100), "
+            'compressors="auto", dimension_names=[\'time\', \'lat\', \'lon\'])') in steps["python"]
+    zarr_steps = make_steps("zarr-sharded-24x50x50", {"variant_kind": "rechunk-zarr", "spec": {**spec,
+                                                                                              "kind": "rechunk-zarr"}})
+    assert "--shards time=240,lat=100,lon=100" in zarr_steps["commands"][0]
+    assert "chunks=(24, 50, 50), shards=(240, 100, 100), compressors=BloscCodec(" in zarr_steps["python"]
+
+
+def test_a_virtual_winner_s_recipe_has_its_step_and_the_settings_and_versions_its_reader_ran_with():
+    results, variants = [], {
+        "original": {"variant_kind": "original", "size_bytes": 30_000_000},
+        "icechunk-virtual": {"variant_kind": "icechunk-virtual", "size_bytes": 300_000, "convert_s": 2.0,
+                             "platform": "local-lambda", "virtual": VIRTUAL_RECORD,
+                             "spec": {"kind": "icechunk-virtual"}}}
+    for variant, reader, wall, settings in (
+            ("original", "h5py-s3fs-default", 1.0, {"library": "h5py+s3fs", "cache_type": "ReadAheadCache",
+                                                    "block_size": 52428800, "page_buf_size": 0}),
+            ("icechunk-virtual", "icechunk", 0.2, {"library": "icechunk+zarr", "icechunk": "2.3.0", "zarr": "3.4.2",
+                                                    "snapshot": "SNAP123", "max_concurrent_requests": None})):
+        for rep in range(3):
+            results.append({"kind": "RESULT", "dataset": "g", "variant": variant, "pattern": "beam-read",
+                            "reader": reader, "platform": "local-lambda", "repetition": rep,
+                            "wall_s": wall * (1 + rep / 50), "checksum_ok": True, "reader_settings": settings,
+                            "versions": {"zarr": "3.4.2", "h5py": "3.16.0"}})
+    decided = decide(results, variants=variants)
+    made = recipe(decided["platforms"]["local-lambda"], "local-lambda", variants, results)
+    assert made["variant"] == "icechunk-virtual"
+    text = made["text"]
+    assert "virtual.write_icechunk_virtual(" in text and "vds.vz.to_icechunk(session.store)" in text
+    assert 'repo.readonly_session(snapshot_id="SNAP123")' in text  # the snapshot that was measured, pinned
+    assert "#   with icechunk 2.3.0, zarr 3.4.2" in text
+
+
+def test_reader_settings_text_for_each_reader():
+    from layoutlab.report.recipe import _reader_text
+
+    default = _reader_text("h5py-s3fs-default", {"cache_type": "ReadAheadCache", "block_size": 52428800,
+                                                 "page_buf_size": 0, "rdcc_nbytes": "library default"})
+    assert default == 'h5py.File(fs.open(URL, "rb", cache_type="readahead", block_size=52428800), "r")'
+    aligned = _reader_text("h5py-s3fs-aligned", {"cache_type": "BlockCache", "block_size": 8388608, "maxblocks": 32,
+                                                 "page_buf_size": 33554432, "rdcc_nbytes": 1048576})
+    assert aligned == ('h5py.File(fs.open(URL, "rb", cache_type="blockcache", block_size=8388608, '
+                       'cache_options={"maxblocks": 32}), "r", page_buf_size=33554432, rdcc_nbytes=1048576)')
+    off = _reader_text("zarr-obstore-nocoalesce", {"concurrency": 10, "sharding_coalesce_max_gap_bytes": -1,
+                                                   "sharding_coalesce_max_bytes": 0})
+    assert "'array.sharding_coalesce_max_gap_bytes': -1, 'array.sharding_coalesce_max_bytes': 0" in off
+    assert "obstore.store.S3Store(BUCKET, prefix=PREFIX)" in off
+    assert 'fsspec.filesystem("reference"' in _reader_text("kerchunk-fsspec", {})
+    assert "cacheLineSize=4194304" in _reader_text("h5coro", {"cache_line_size": 4194304})
+    xr = _reader_text("xarray-h5netcdf", {"cache_type": "BlockCache", "block_size": 4194304})
+    assert 'engine="h5netcdf"' in xr and "the cache xarray picked: BlockCache, block size 4194304" in xr

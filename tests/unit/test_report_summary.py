@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from layoutlab.report.summary import summarize
@@ -59,3 +61,35 @@ def test_scaling_reports_aggregate_throughput_and_efficiency_per_worker_count():
     assert [round(p["efficiency"], 2) for p in points] == [1.0, 1.0, 0.5]
     summary = summarize("d", records)
     assert summary["platforms"] == {}  # slab reads are not a pattern to pick a layout by
+
+
+def test_the_summary_item_carries_costs_budget_choice_and_results_prints_them(capsys):
+    """What `layoutlab results --kind SUMMARY` shows under the table: the recommendation, the recipe, then the
+    size budget, each layout's costs and the seeds' effect, from the SUMMARY item alone."""
+    from layoutlab.commands.results import _print_recipes
+    from layoutlab.report.decision import decide
+
+    variants = {"original": {"variant_kind": "original", "size_bytes": 10_000_000},
+                "zarr-bal": {"variant_kind": "rechunk-zarr", "size_bytes": 9_000_000, "size_overhead": -0.1,
+                             "convert_s": 3.0, "platform": "local-lambda"}}
+    recs = [dict(r, kind="RESULT", platform_profile={"kind": "lambda", "memory_mb": 1769}, get_requests=6,
+                 requests=6, head_requests=0) for r in records()]
+    decided = decide(recs, variants=variants)
+    summary = summarize("d", recs, decided)
+    costs = summary["costs"]["local-lambda"]
+    assert costs["original"]["conversion_usd"] == 0 and costs["zarr-bal"]["conversion_usd"] > 0
+    assert costs["zarr-bal"]["conversion"]["zarr-bal"]["billed"] == "Lambda 1769 MB, 3000 ms, 1 invocation(s)"
+    assert costs["zarr-ts"]["conversion_usd"] is None  # no VARIANT item: its conversion is not guessed
+    assert summary["choice"]["local-lambda"]["variant"] == "zarr-bal"
+    assert summary["cost_yardstick"] == {"months": 12, "reads_per_month": 1000}
+    item = {"kind": "SUMMARY", "dataset": "d", "recommendation": decided["sentence"], "recipe_text": "# recipe",
+            **summary}
+    _print_recipes([item], "table")
+    out = capsys.readouterr().out
+    assert f"d: {decided['sentence']}" in out and "# recipe" in out
+    assert "size budget ([!]: a paged variant, or references, over its budget):" in out
+    assert re.search(r"zarr-bal +rechunk-zarr +9\.0 +-10\.0% vs a 5% budget \(default\): within", out)
+    assert re.search(r"zarr-bal +\$0\.0000\d\d +zarr-bal: Lambda 1769 MB, 3000 ms, 1 invocation\(s\) +\$0\.000", out)
+    # an older SUMMARY item without those fields prints what it has, no error
+    _print_recipes([{"kind": "SUMMARY", "dataset": "d", "recommendation": "keep it"}], "table")
+    assert capsys.readouterr().out == "\nd: keep it\n"

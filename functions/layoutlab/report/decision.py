@@ -596,7 +596,7 @@ def recommendation_sentence(platform: str, result: dict, mix: dict | None, budge
                  f"{yardstick['months']} months at {yardstick['reads_per_month']:,} reads a month")
     against = f" Against the original: {measured_against}." if measured_against else ""
     over = next((b for b in budgets or [] if b["variant"] == variant and b["within_budget"] is False), None)
-    flag = (f" Note: {variant} needs {budget.budget_text(over)} (size budget)." if over else "")
+    flag = f" Size budget: {variant} adds {budget.budget_text(over)}." if over else ""
     return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}"
 
 
