@@ -156,6 +156,15 @@ bench-access: sysdeps venv
 	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
 	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json
 
+# Issue 16: NSIDC's ATL03 table reproduced in shape (~1 GB and ~7 GB granules; a size the local cloud
+# cannot hold in memory is refused with the reason), and zarr's shard coalescing on a GEOS-like grid.
+.PHONY: bench-nsidc bench-grid-shards
+bench-nsidc: sysdeps venv
+	$(PY) benchmarks/bench_nsidc_table.py --json benchmarks/results/nsidc_table.json
+
+bench-grid-shards: sysdeps venv
+	$(PY) benchmarks/bench_grid_shards.py --json benchmarks/results/grid_shards.json
+
 # Preflight (issue 14): what in cdk.json's environment ENV the AWS account of your credentials
 # cannot run (Lambda memory and concurrency, Fargate vCPU quota, CDK bootstrap). Read-only.
 # Exit 1: something cannot run; 2: doctor cannot check (e.g. no credentials).

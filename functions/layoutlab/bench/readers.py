@@ -328,12 +328,27 @@ class XarrayH5netcdf(Reader):
     name = "xarray-h5netcdf"
     kind = "hdf5"
     modules = ("h5py", "s3fs", "h5netcdf", "xarray")
-    description = "xarray.open_dataset(url, engine='h5netcdf'): xarray opens the s3:// URL itself (its defaults)"
+    description = ("xarray.open_dataset(url, engine='h5netcdf'): xarray opens the s3:// URL itself (its defaults; "
+                   "options cache_type, block_size, maxblocks, page_buf_size, rdcc_nbytes tune it)")
+    # options handed to fsspec's open (open_kwargs) and to h5py.File (driver_kwds); none given: xarray's defaults
+    FILE_OPTIONS = ("cache_type", "block_size", "maxblocks")
+    HDF5_OPTIONS = ("page_buf_size", "rdcc_nbytes")
 
     @property
     def settings(self):
+        tuned = {k: self.options[k] for k in self.FILE_OPTIONS + self.HDF5_OPTIONS if k in self.options}
         return {"library": "xarray+h5netcdf+s3fs", "opened_by": "xarray (URL + storage_options)",
-                "page_buf_size": 0, "rdcc_nbytes": "library default", "chunks": None, "concurrency": 1}
+                "page_buf_size": 0, "rdcc_nbytes": "library default", "chunks": None, "concurrency": 1,
+                "tuned": bool(tuned), **tuned}
+
+    def _open_options(self) -> tuple[dict | None, dict | None]:
+        """(open_kwargs for fsspec, driver_kwds for h5py.File); None leaves xarray's default."""
+        o = self.options
+        open_kwargs = {k: (int(o[k]) if k == "block_size" else o[k]) for k in ("cache_type", "block_size") if k in o}
+        if "maxblocks" in o:
+            open_kwargs["cache_options"] = {"maxblocks": int(o["maxblocks"])}
+        driver_kwds = {k: int(o[k]) for k in self.HDF5_OPTIONS if k in o}
+        return open_kwargs or None, driver_kwds or None
 
     def open(self, url):
         import h5py
@@ -347,10 +362,12 @@ class XarrayH5netcdf(Reader):
         if probe.version_aware:
             options["version_aware"] = True
         opened: list = []
+        open_kwargs, driver_kwds = self._open_options()
 
         def opener(group):
             ds = xr.open_dataset(url, engine="h5netcdf", group=group, phony_dims="access", decode_times=False,
-                                 chunks=None, storage_options=options)
+                                 chunks=None, storage_options=options, open_kwargs=open_kwargs,
+                                 driver_kwds=driver_kwds)
             opened.append(ds)
             return ds
 
