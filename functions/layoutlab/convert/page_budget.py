@@ -1,0 +1,466 @@
+"""The page size for a paged copy, chosen from the file so that paging stays within a size budget.
+
+``h5repack -S PAGE -G N`` (and ``layoutlab repack``) rewrites a file with paged aggregation, and
+HDF5 then allocates file space in pages of N bytes:
+
+- an allocation smaller than a page goes into a page of its own kind (metadata pages, raw-data
+  pages; global heaps of variable-length data count as raw data), into the free space of a page
+  already started when one has room for it (the smallest that has), else into a new page;
+- an allocation of a page or more starts on a page boundary and takes whole pages, the rest of
+  its last page staying empty;
+- the file ends on a page boundary.
+
+So the paged copy's size follows from the sizes of the file's allocations, which are read here
+from the file itself with h5py's low-level API, as ``h5stat -S`` counts them: each object's
+header, group and attribute B-trees and heaps, chunk indexes (``H5Oget_native_info``), raw data
+of contiguous and COMPACT datasets (COMPACT ones become CONTIGUOUS in the copy), every stored
+chunk's size (``chunk_iter``), and what is left (global heaps). They are then packed into pages
+as HDF5 packs them. A dataset the repack makes anew (COMPACT, unlimited, rechunked) gets the
+index HDF5's latest format gives a fixed-size chunked dataset (a fixed array: an address, and
+for filtered chunks a size and a filter mask, per chunk) instead of its old one (a version-1
+B-tree of full-size nodes, in files written with the earliest format).
+
+``choose_page_size`` picks the largest power of two (fewer, larger pages: the metadata in as few
+pages as possible, what a reader fetches to open the file) whose predicted overhead (copy size /
+input size - 1) stays within the budget, or decides to skip paging and says why: a file a
+single request reads whole, metadata already in as few regions as the pages would be, or no
+page size that both fits the budget and cuts the number of metadata reads.
+
+NSIDC's budget for their cloud-optimized ICESat-2 products is 5 % (their files grow ~1 %); an
+8 MiB page on a 30 MB granule costs +42 %, most of it the last, mostly empty, pages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from dataclasses import dataclass, field
+
+KiB = 1 << 10
+MiB = 1 << 20
+DEFAULT_BUDGET = 0.05
+MIN_PAGE_SIZE = 4 * KiB
+MAX_PAGE_SIZE = 8 * MiB
+# One request of up to this many bytes costs about as much as a smaller one (latency dominates,
+# Lopez et al.; inspect's SMALL_CHUNK_BYTES): a file this small is read whole in one request.
+ONE_REQUEST_BYTES = 1 * MiB
+# HDF5's global heap collections (variable-length strings and sequences) are at least 4 KiB.
+GLOBAL_HEAP_COLLECTION = 4 * KiB
+# An index whose node size is not known is counted in allocations of this size.
+BTREE_NODE_BYTES = 2 * KiB
+# A symbol-table group (the earliest format): B-tree nodes of 544 bytes, symbol-table nodes of 328.
+SYMBOL_TABLE_NODE_BYTES = 544
+# New-style groups (the 1.10 format the repack writes): up to 8 links in the header, each a link
+# message of ~12 bytes and its name; more go to a fractal heap indexed by a version-2 B-tree of
+# 512-byte nodes holding a name hash and heap id (11 bytes) per link. Attribute indexes are such B-trees too.
+COMPACT_LINKS_MAX = 8
+LINK_MESSAGE_BYTES = 12
+V2_BTREE_NODE_BYTES = 512
+V2_NAME_RECORD_BYTES = 11
+# Superblock (version 2/3: 48 bytes), its extension (file-space info, ~156 bytes) and the persisted
+# free-space managers' headers (h5stat -S "Free-space managers: Header": 2,592 bytes on the samples).
+FILE_SPACE_BOOKKEEPING = (48, 160, 2600)
+# Free space tracked while packing, at most (HDF5 tracks all of it; beyond this many sections the
+# smallest are let go, which keeps a file of a million chunks to seconds and changes no figure measured).
+MAX_FREE_SECTIONS = 1024
+# Per section the persisted free-space managers track (a serialized section: address, size, type).
+FREE_SECTION_BYTES = 16
+# A fixed-array chunk index (HDF5's latest format for fixed-size chunked datasets): its header and
+# data block prefix, then per chunk an address, and for filtered chunks also a size and a filter mask.
+FIXED_ARRAY_BYTES = 64
+FIXED_ARRAY_ADDRESS = 8
+FILTER_MASK = 4
+
+
+@dataclass
+class FileAllocations:
+    """The sizes of what a paged copy of a file allocates, and where the file's metadata lies now."""
+
+    path: str
+    size_bytes: int
+    metadata: list[int] = field(default_factory=list)  # sizes of metadata allocations in the copy
+    raw: list[int] = field(default_factory=list)  # sizes of raw-data allocations in the copy
+    metadata_regions: int = 0  # separate runs of metadata (non raw-data bytes) in the file now
+    userblock: int = 0
+    page_size_now: int | None = None  # the file's page size when it is paged already
+
+    @property
+    def metadata_bytes(self) -> int:
+        return sum(self.metadata)
+
+    @property
+    def raw_bytes(self) -> int:
+        return sum(self.raw)
+
+
+@dataclass(frozen=True)
+class PagePrediction:
+    """What a copy paged at ``page_size`` would be: its size and its pages."""
+
+    page_size: int
+    output_bytes: int
+    overhead: float  # output / input - 1
+    metadata_pages: int  # pages holding metadata: what a page-aligned reader fetches to open the file
+    raw_pages: int
+
+
+@dataclass
+class PageChoice:
+    """``page_size`` to use (None: skip paging), why, and what was predicted for every size tried."""
+
+    page_size: int | None
+    reason: str
+    budget: float
+    input_bytes: int
+    predicted_overhead: float | None = None
+    predictions: list[PagePrediction] = field(default_factory=list)
+
+    @property
+    def skip(self) -> bool:
+        return self.page_size is None
+
+    def record(self) -> dict:
+        """The fields a VARIANT item carries (names shared with the report)."""
+        return {"page_size": self.page_size, "page_size_choice": self.reason, "size_budget": self.budget,
+                "predicted_overhead": (round(self.predicted_overhead, 6) if self.predicted_overhead is not None
+                                       else None)}
+
+
+def candidate_page_sizes(min_page: int = MIN_PAGE_SIZE, max_page: int = MAX_PAGE_SIZE) -> list[int]:
+    """Powers of two from ``min_page`` to ``max_page``, largest first."""
+    sizes, page = [], 1 << max(0, (int(max_page)).bit_length() - 1)
+    while page >= min_page:
+        sizes.append(page)
+        page //= 2
+    return sizes
+
+
+def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = None) -> FileAllocations:
+    """Read the allocations of ``path`` (an HDF5 / NetCDF-4 file) as a paged repack would make them.
+
+    ``target_chunk_bytes``: the repack grows chunks along their first axis up to this many
+    uncompressed bytes (rechunked-paged variants); the stored chunks are then counted merged as
+    the repack merges them.
+    """
+    import h5py
+
+    size = os.path.getsize(path)
+    allocations = FileAllocations(path=str(path), size_bytes=size)
+    metadata, raw = allocations.metadata, allocations.raw
+    extents: list[tuple[int, int]] = []  # (offset, size) of raw data now: what lies between is metadata
+    with h5py.File(path, "r") as f:
+        fcpl = f.id.get_create_plist()
+        allocations.userblock = userblock = int(fcpl.get_userblock())
+        if fcpl.get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE:
+            allocations.page_size_now = int(fcpl.get_file_space_page_size())
+        objects: dict[int, _ObjectSizes] = {}  # by address: an object linked twice is one object
+        shared = [False]  # linked twice, or a named datatype: the repack copies the tree whole
+
+        def seen(name: bytes, info) -> None:
+            if info.rc > 1 or info.type == h5py.h5o.TYPE_NAMED_DATATYPE:
+                shared[0] = True
+            if info.addr not in objects:  # (h5py refills one info object for every call: keep its values)
+                objects[info.addr] = _ObjectSizes.of("/" + name.decode("utf-8", "surrogateescape"), info)
+
+        root = h5py.h5o.get_info(f.id)
+        shared[0] = root.rc > 1
+        objects[root.addr] = _ObjectSizes.of("/", root)
+        h5py.h5o.visit(f.id, seen, info=True)
+        remade: set[str] = set()  # datasets the repack makes anew
+        for obj in objects.values():
+            metadata.extend([obj.attr_heap] if obj.attr_heap else [])
+            metadata.extend(_btree_nodes(obj.attr_index, V2_BTREE_NODE_BYTES))
+            if obj.kind == h5py.h5o.TYPE_DATASET:
+                ds = h5py.Dataset(h5py.h5d.open(f.id, obj.path.encode("utf-8", "surrogateescape")))
+                header, index_allocations, anew = _dataset_allocations(ds, obj.header, obj.index, raw, extents,
+                                                                       target_chunk_bytes)
+                metadata.append(header)
+                metadata.extend(index_allocations)
+                if anew:
+                    remade.add(obj.path)
+            elif obj.kind != h5py.h5o.TYPE_GROUP:  # a named datatype: its header
+                metadata.append(obj.header)
+        # Groups: "/" is always made anew, and, when nothing is linked twice, so are the groups on the
+        # way to a dataset made anew (the repack walks them); the others are copied as they are.
+        walked = {"/"} | (set() if shared[0] else _ancestors(remade))
+        for obj in (o for o in objects.values() if o.kind == h5py.h5o.TYPE_GROUP):
+            if obj.path in walked and (obj.index or obj.heap):  # a symbol table, made anew in the new style
+                metadata.extend(_new_style_group(f[obj.path], obj.header))
+            else:
+                metadata.append(obj.header)
+                metadata.extend(_btree_nodes(obj.index, SYMBOL_TABLE_NODE_BYTES))
+                metadata.extend([obj.heap] if obj.heap else [])
+        free = int(f.id.get_freespace())
+    # What h5stat -S leaves unaccounted (neither metadata, raw data nor free space): the superblock
+    # and, mostly, global heap collections (variable-length strings), which the copy makes again as
+    # raw data.
+    accounted = sum(o.accounted for o in objects.values()) + sum(n for _, n in extents)
+    unaccounted = max(0, size - accounted - free - userblock)
+    raw.extend([GLOBAL_HEAP_COLLECTION] * (unaccounted // GLOBAL_HEAP_COLLECTION))
+    metadata.extend(FILE_SPACE_BOOKKEEPING)
+    allocations.metadata_regions = _metadata_regions(extents, size, userblock)
+    return allocations
+
+
+@dataclass(frozen=True)
+class _ObjectSizes:
+    """One object's metadata sizes (``H5Oget_native_info``: what h5stat -S adds up)."""
+
+    path: str
+    kind: int  # h5py.h5o.TYPE_GROUP / TYPE_DATASET / TYPE_NAMED_DATATYPE
+    header: int  # the object header without its free space (H5Ocopy drops that)
+    accounted: int  # all of it as the input stores it
+    index: int  # group B-tree / chunk index
+    heap: int  # group local heap
+    attr_index: int  # dense attribute storage: B-tree ...
+    attr_heap: int  # ... and fractal heap
+
+    @classmethod
+    def of(cls, path: str, info) -> "_ObjectSizes":
+        space, meta = info.hdr.space, info.meta_size
+        sizes = dict(index=int(meta.obj.index_size), heap=int(meta.obj.heap_size),
+                     attr_index=int(meta.attr.index_size), attr_heap=int(meta.attr.heap_size))
+        return cls(path=path, kind=int(info.type), header=int(space.total - space.free),
+                   accounted=int(space.total) + sum(sizes.values()), **sizes)
+
+
+def _ancestors(paths: set[str]) -> set[str]:
+    """The groups holding (at any depth) one of ``paths``."""
+    groups: set[str] = set()
+    for path in paths:
+        parent = path.rsplit("/", 1)[0] or "/"
+        while parent not in groups:
+            groups.add(parent)
+            if parent == "/":
+                break
+            parent = parent.rsplit("/", 1)[0] or "/"
+    return groups
+
+
+def _new_style_group(group, header: int) -> list[int]:
+    """A group made anew in a file of the 1.10 format: its links in its header (up to 8), else in a
+    fractal heap with a version-2 B-tree of their names (HDF5's compact and dense link storage)."""
+    names = [len(name) for name in _link_names(group)]
+    links = sum(LINK_MESSAGE_BYTES + n for n in names)
+    if len(names) <= COMPACT_LINKS_MAX:
+        return [header + links]
+    return [header, _fractal_heap_bytes(links), V2_BTREE_NODE_BYTES * max(1, math.ceil(
+        len(names) * V2_NAME_RECORD_BYTES / V2_BTREE_NODE_BYTES))]
+
+
+def _link_names(group) -> list[bytes]:
+    names: list[bytes] = []
+    group.id.links.iterate(lambda name: names.append(name))
+    return names
+
+
+def _fractal_heap_bytes(nbytes: int) -> int:
+    """A fractal heap holding ``nbytes``: direct blocks of 512 bytes, doubling (HDF5's defaults)."""
+    total, block = 0, 512
+    while total < nbytes * 1.1:
+        total += block
+        block = min(block * 2, 64 * KiB)
+    return total
+
+
+def _btree_nodes(nbytes: int, node: int = BTREE_NODE_BYTES) -> list[int]:
+    """A B-tree of ``nbytes`` as the nodes HDF5 allocates one by one."""
+    whole, rest = divmod(int(nbytes), node)
+    return [node] * whole + ([rest] if rest else [])
+
+
+def _dataset_allocations(ds, header: int, index: int, raw: list[int], extents: list, target_chunk_bytes):
+    """Record the dataset's raw allocations; return (its header size, its index allocations, made anew)
+    for the copy."""
+    import h5py
+
+    dcpl = ds.id.get_create_plist()
+    layout = dcpl.get_layout()
+    if layout == h5py.h5d.COMPACT:  # made CONTIGUOUS: the data leaves the header for raw data
+        nbytes = int(ds.id.get_storage_size())
+        if nbytes:
+            raw.append(nbytes)
+        return max(header - nbytes, 0), [], True
+    if layout == h5py.h5d.CONTIGUOUS:
+        offset = ds.id.get_offset()
+        nbytes = int(ds.id.get_storage_size())
+        if offset is not None and nbytes:
+            raw.append(nbytes)
+            extents.append((int(offset), nbytes))
+        return header, _btree_nodes(index), False
+    if layout != h5py.h5d.CHUNKED:  # virtual datasets: a header, no data of their own
+        return header, _btree_nodes(index), False
+    chunks: list[tuple[tuple, int]] = []
+
+    def on_chunk(chunk) -> None:
+        chunks.append((chunk.chunk_offset, int(chunk.size)))
+        extents.append((int(chunk.byte_offset), int(chunk.size)))
+
+    ds.id.chunk_iter(on_chunk)
+    shape, chunk_shape, maxshape = ds.shape, ds.chunks, ds.maxshape
+    grown = _grown_first_axis(shape, chunk_shape, ds.dtype.itemsize, target_chunk_bytes)
+    if grown:
+        raw.extend(_merged_chunk_sizes(chunks, grown))
+        count = len({(offset[0] // grown,) + tuple(offset[1:]) for offset, _ in chunks})
+    else:
+        raw.extend(n for _, n in chunks)
+        count = len(chunks)
+    made_anew = bool(grown) or (maxshape is not None and any(m is None for m in maxshape) and all(shape))
+    if not made_anew:  # copied by H5Ocopy: its index as it is (a version-1 B-tree: nodes of a size per rank)
+        node = _chunk_btree_node_bytes(len(shape))
+        return header, _btree_nodes(index, node if index % node == 0 else max(index, 1)), False
+    # the repack writes it anew, with the index HDF5's 1.10 format gives a fixed-size dataset
+    per_chunk = FIXED_ARRAY_ADDRESS
+    if dcpl.get_nfilters():
+        largest = max((n for _, n in chunks), default=1)
+        per_chunk += FILTER_MASK + max(1, math.ceil(largest.bit_length() / 8))
+    return header, [FIXED_ARRAY_BYTES + per_chunk * count], True
+
+
+def _chunk_btree_node_bytes(rank: int) -> int:
+    """A version-1 B-tree node of a chunk index: 64 children, 65 keys (chunk size, filter mask, offsets)."""
+    return 24 + 65 * (8 + 8 * (rank + 1)) + 64 * 8
+
+
+def _grown_first_axis(shape, chunks, itemsize: int, target_chunk_bytes: int | None) -> int | None:
+    """The first axis of the chunk the repack grows to for ``target_chunk_bytes`` (None: unchanged).
+
+    The same rule as the repack's: grow by whole multiples of the chunk, within the dataset's extent."""
+    if not target_chunk_bytes or not shape or not chunks or shape[0] <= chunks[0]:
+        return None
+    factor = int(target_chunk_bytes) // (math.prod(chunks) * itemsize)
+    return min(shape[0], chunks[0] * factor) if factor >= 2 else None
+
+
+def _merged_chunk_sizes(chunks: list[tuple[tuple, int]], first_axis: int) -> list[int]:
+    """Stored sizes of the grown chunks: the old chunks each grown one covers, summed."""
+    merged: dict[tuple, int] = {}
+    for offset, nbytes in chunks:
+        key = (offset[0] // first_axis,) + tuple(offset[1:])
+        merged[key] = merged.get(key, 0) + nbytes
+    return list(merged.values())
+
+
+def _metadata_regions(extents: list[tuple[int, int]], size: int, userblock: int) -> int:
+    """Separate runs of bytes between raw-data extents: about the requests a reader makes to see the metadata."""
+    regions, cursor = 0, userblock
+    for offset, nbytes in sorted(e for e in extents if e[1] > 0):
+        if offset > cursor:
+            regions += 1
+        cursor = max(cursor, offset + nbytes)
+    return regions + (1 if cursor < size else 0)
+
+
+def _pack(sizes: list[int], page: int) -> tuple[int, int]:
+    """(pages, free sections) when HDF5 packs allocations of ``sizes`` into pages of ``page`` bytes.
+
+    Below a page: best fit among the free space of pages started (HDF5's free-space manager finds
+    the smallest section that fits), else a new page. A page or more: whole pages of its own.
+    """
+    pages, large_tails = 0, 0
+    free: list[int] = []  # free space left in started pages, sorted
+    for nbytes in sizes:
+        if nbytes >= page:
+            whole, tail = divmod(nbytes, page)
+            pages += whole + (1 if tail else 0)
+            large_tails += 1 if tail else 0
+            continue
+        where = bisect.bisect_left(free, nbytes)
+        if where < len(free):
+            rest = free.pop(where) - nbytes
+        else:
+            pages += 1
+            rest = page - nbytes
+        if rest:
+            bisect.insort(free, rest)
+            if len(free) > MAX_FREE_SECTIONS:  # the smallest scraps: rarely filled, and costly to keep sorted
+                del free[0]
+    return pages, len(free) + large_tails
+
+
+def predict(allocations: FileAllocations, page_size: int) -> PagePrediction:
+    """The size of a copy of the file paged at ``page_size``."""
+    raw_pages, raw_sections = _pack(allocations.raw, page_size)
+    metadata = allocations.metadata + [FREE_SECTION_BYTES * raw_sections]
+    metadata_pages, metadata_sections = _pack(metadata, page_size)
+    if metadata_sections * FREE_SECTION_BYTES > page_size:  # the free-space section list itself grows
+        metadata_pages, _ = _pack(metadata + [FREE_SECTION_BYTES * metadata_sections], page_size)
+    userblock = allocations.userblock
+    if 0 < userblock < page_size:  # a paged file's user block is padded to a page
+        userblock = page_size
+    output = userblock + (metadata_pages + raw_pages) * page_size
+    return PagePrediction(page_size=page_size, output_bytes=output,
+                          overhead=output / allocations.size_bytes - 1 if allocations.size_bytes else 0.0,
+                          metadata_pages=metadata_pages, raw_pages=raw_pages)
+
+
+def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *, min_page: int = MIN_PAGE_SIZE,
+                     max_page: int = MAX_PAGE_SIZE, target_chunk_bytes: int | None = None,
+                     allocations: FileAllocations | None = None) -> PageChoice:
+    """The largest page size whose paged copy of ``path`` stays within ``budget``, or a reasoned skip.
+
+    ``budget``: the overhead allowed (0.05: the copy at most 5 % larger than the input).
+    ``min_page``/``max_page``: the powers of two tried (4 KiB .. 8 MiB). ``target_chunk_bytes``:
+    for a rechunked-paged copy (its chunks grow to this size, which no page may be smaller than).
+    """
+    if budget < 0:
+        raise ValueError(f"size budget must be >= 0, got {budget}")
+    if target_chunk_bytes:
+        min_page = max(min_page, 1 << (int(target_chunk_bytes) - 1).bit_length())
+    if min_page > max_page:
+        raise ValueError(f"no page size between {min_page} and {max_page} bytes")
+    allocations = allocations or readable_allocations(path, target_chunk_bytes)
+    size = allocations.size_bytes
+    if size <= ONE_REQUEST_BYTES:
+        return PageChoice(None, f"skipped: the file ({_mb(size)}) is read whole by one request of "
+                                f"{ONE_REQUEST_BYTES // MiB} MiB; pages cannot save a request", budget, size)
+    predictions = [predict(allocations, page) for page in candidate_page_sizes(min_page, max_page)]
+    regions = allocations.metadata_regions
+    within = [p for p in predictions if p.overhead <= budget]
+    helping = [p for p in within if p.metadata_pages < regions]
+    if helping:
+        best = helping[0]  # the largest
+        reason = (f"{_label(best.page_size)}: the largest page within the {budget:.0%} budget "
+                  f"(predicted {best.overhead:+.1%}; metadata {_mb(allocations.metadata_bytes)} in "
+                  f"{best.metadata_pages} page{'s' * (best.metadata_pages != 1)}, now in {regions} regions)")
+        if predictions[0].page_size != best.page_size:
+            reason += f"; {_label(predictions[0].page_size)} would add {predictions[0].overhead:+.1%}"
+        return PageChoice(best.page_size, reason, budget, size, best.overhead, predictions)
+    if within:  # pages that fit the budget, none of them fewer than the file's metadata regions now
+        fewest = min(within, key=lambda p: p.metadata_pages)
+        reason = (f"skipped: metadata already contiguous (in {regions} region{'s' * (regions != 1)}); "
+                  f"the fewest pages a copy within the {budget:.0%} budget would need is {fewest.metadata_pages} "
+                  f"({_label(fewest.page_size)})")
+        if allocations.page_size_now:
+            reason += f"; the file is paged already ({_label(allocations.page_size_now)} pages)"
+        return PageChoice(None, reason, budget, size, None, predictions)
+    smallest = min(predictions, key=lambda p: p.overhead)
+    return PageChoice(None, f"skipped: no page size meets the {budget:.0%} budget (the smallest overhead is "
+                            f"{smallest.overhead:+.1%}, with {_label(smallest.page_size)} pages)",
+                      budget, size, None, predictions)
+
+
+def readable_allocations(path, target_chunk_bytes: int | None = None) -> FileAllocations:
+    """``file_allocations``, with a file that is not HDF5, or is damaged, refused in one line naming it."""
+    from layoutlab.convert.repack_common import check_signature
+    from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason, raised_by_h5py
+
+    check_signature(path)
+    try:
+        return file_allocations(path, target_chunk_bytes)
+    except DAMAGED_HDF5_ERRORS as error:
+        if not raised_by_h5py(error):
+            raise
+        raise BadInputFile(path, f"cannot be read to choose a page size (truncated or damaged): "
+                                 f"{damaged_reason(error)}") from None
+
+
+def _label(nbytes: int) -> str:
+    from layoutlab.units import size_label
+
+    return size_label(int(nbytes))
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 100_000 else f"{nbytes / 1e3:.1f} kB"
