@@ -11,9 +11,13 @@ straddles 1 and reaches beyond the resolution, or when either side has too few
 repetitions for an interval at all.
 
 While the plan's schedule (``plan.repetition_schedule``) allows another round,
-the cases of exactly the undecided comparisons — the variant's pattern, reader
-and platform, and the original's it is compared against — run again, with
-repetition indexes no earlier round used (so every RESULT key stays unique).
+the cases of exactly the undecided comparisons run again: the variant's on that
+pattern and platform, and the original's it is compared against, with every
+reader each was read with successfully (a reader that failed there is not run
+again: it has nothing to add to the comparison) — which reader is best is itself a median of the
+repetitions, and one reader given more repetitions than another would make that
+choice (and the comparison after it) swing from round to round. Repetition
+indexes continue where the last round stopped, so every RESULT key stays unique.
 """
 
 from __future__ import annotations
@@ -55,25 +59,28 @@ def undecided(records: list[dict], resolution: float) -> list[dict]:
     return [c for c in comparisons(records, resolution) if not c["decided"]]
 
 
-def cases_to_repeat(first_round: list[dict], open_comparisons: list[dict]) -> list[dict]:
-    """The cases of the first round (repetition 0) behind ``open_comparisons``, in the round's order."""
+def cases_to_repeat(first_round: list[dict], open_comparisons: list[dict], records: list[dict]) -> list[dict]:
+    """The cases of the first round (repetition 0) behind ``open_comparisons``, every reader of both
+    sides that ``records`` hold a good result of, in the round's order."""
+    measured = set(decision.walls_by_key(records))  # (platform, pattern, variant, reader)
     wanted = set()
     for c in open_comparisons:
-        wanted.add((c["variant"], c["pattern"], c["reader"], c["platform"]))
-        wanted.add((decision.ORIGINAL, c["pattern"], c["original_reader"], c["platform"]))
+        wanted.add((c["variant"], c["pattern"], c["platform"]))
+        wanted.add((decision.ORIGINAL, c["pattern"], c["platform"]))
     chosen, seen = [], set()
     for case in first_round:
         key = (case["variant"], case["pattern"], case["reader"], case["platform"])
-        if key in wanted and key not in seen and case.get("pattern") != decision.SCALING_PATTERN:
+        if ((case["variant"], case["pattern"], case["platform"]) in wanted and key not in seen
+                and (case["platform"], case["pattern"], case["variant"], case["reader"]) in measured):
             seen.add(key)
             chosen.append(case)
     return chosen
 
 
-def next_round_cases(first_round: list[dict], open_comparisons: list[dict], schedule: dict,
+def next_round_cases(first_round: list[dict], open_comparisons: list[dict], records: list[dict], schedule: dict,
                      round_number: int) -> list[dict]:
     """Round ``round_number``'s cases: repetitions are the outer loop, as in the first round."""
-    templates = cases_to_repeat(first_round, open_comparisons)
+    templates = cases_to_repeat(first_round, open_comparisons, records)
     return [plans.repeat_case(case, repetition)
             for repetition in plans.round_repetitions(schedule, round_number) for case in templates]
 
@@ -112,7 +119,7 @@ def plan_more_repetitions(event: dict, *, s3, store, outputs_bucket: str) -> dic
     run_prefix = f"runs/{dataset_id}/"
     body = s3.get_object(Bucket=outputs_bucket, Key=run_prefix + "cases.json")["Body"].read()
     first_round = [c for c in json.loads(body) if c.get("repetition") == 0]
-    cases = next_round_cases(first_round, still_open, schedule, round_number)
+    cases = next_round_cases(first_round, still_open, results, schedule, round_number)
     if not cases:
         return done
     key = f"{run_prefix}cases-round-{round_number}.json"
