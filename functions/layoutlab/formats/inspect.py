@@ -35,6 +35,9 @@ FILTER_NAMES = {1: "gzip", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 
                 32000: "lzf", 32001: "blosc", 32004: "lz4", 32008: "bitshuffle", 32015: "zstd", 32017: "sz"}
 STRATEGY_NAMES = {0: "FSM_AGGR", 1: "PAGE", 2: "AGGR", 3: "NONE"}
 LISTED = 20  # how many dataset names a list in the report shows
+# HDF5's page buffer limit while inspecting a paged file: large enough that no page is evicted (so
+# its misses are distinct pages). Pages are allocated as they are read: only the metadata pages.
+PAGE_BUFFER_BYTES = 1 << 36
 
 
 @contextmanager
@@ -79,7 +82,8 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
         import h5py
 
         try:
-            with h5py.File(stream, "r") as f:
+            # The page buffer is enabled only for a paged file; there it counts the pages HDF5 reads.
+            with h5py.File(stream, "r", page_buf_size=PAGE_BUFFER_BYTES) as f:
                 details = _inspect_hdf5(f, size, page_size, per_dataset)
         except DAMAGED_HDF5_ERRORS as error:
             raise BadInputFile(location, f"HDF5 signature found but the file cannot be read (truncated or damaged): "
@@ -110,6 +114,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
     chunks_over_page = 0
     netcdf4_markers = "_NCProperties" in f.attrs
     counts["attributes"] += len(f.attrs)
+    if paged:
+        _read_attributes(f)
     seen = set()
 
     def visit(name, obj):
@@ -119,6 +125,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
             return
         seen.add(info.addr)
         counts["attributes"] += info.num_attrs
+        if paged:
+            _read_attributes(obj)
         if isinstance(obj, h5py.Group):
             counts["groups"] += 1
             return
@@ -168,7 +176,11 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
     layout_page = page_size or assumed_page_size
     if chunk_sizes:
         chunks_over_page = int((chunk_sizes_arr > layout_page).sum())
-    scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page, paged)
+    pages_read = None
+    if paged:  # every object header, attribute and chunk index has been read: the page buffer saw each page
+        stats = f.id.get_page_buffering_stats()
+        pages_read = stats.meta.misses + stats.raw.misses  # (variable-length attribute values count as raw)
+    scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page, pages_read)
     details = {
         "netcdf4_markers": netcdf4_markers,
         "file_space": {
@@ -202,8 +214,8 @@ def _chunked_dataset(path, shape, chunk, itemsize, stored: np.ndarray) -> dict:
     """One chunked dataset: its shape, chunk shape, uncompressed chunk bytes and stored chunk sizes."""
     entry = {"name": path, "shape": [int(n) for n in shape], "chunks": [int(n) for n in chunk],
              "itemsize": int(itemsize), "chunk_bytes": int(np.prod(chunk, dtype="i8")) * int(itemsize),
-             "stored_count": int(stored.size)}
-    if stored.size:
+             "stored_count": int(stored.size), "stored_median": 0, "stored_max": 0, "stored_total": 0}
+    if stored.size:  # (none yet: a dataset never written, or of zero length)
         entry.update(stored_median=int(np.median(stored)), stored_max=int(stored.max()),
                      stored_total=int(stored.sum()))
     return entry
@@ -246,18 +258,17 @@ def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
         dim.pop("_addr", None)
 
 
-def _metadata_scatter(extents, size, userblock, page_size, paged=False) -> dict:
+def _metadata_scatter(extents, size, userblock, page_size, pages_read=None) -> dict:
     """Where the non-raw-data bytes (metadata and free space) lie.
 
     ``regions``: separate runs between raw-data extents, i.e. roughly how many
     requests a reader needs to see all metadata. ``pages``: how many
     ``page_size``-aligned blocks contain some of it (what a page-aligned block
     cache would fetch). ``metadata_pages``: how many page-sized ranged GETs
-    fetch all the metadata. In an unpaged file that is ``pages``. In a paged
-    file metadata and raw data never share a page (HDF5's paged aggregation
-    keeps them apart), so a gap inside a page that holds raw data is that
-    page's unused tail, not metadata: only pages wholly outside raw data count,
-    and pages are counted from the end of the user block, as HDF5 aligns them.
+    fetch all the metadata. For a paged file that is ``pages_read``, the pages
+    HDF5's own page buffer read while every object header, attribute and
+    chunk index was read (``pages`` would also count the unused tails of
+    raw-data pages); for an unpaged file it is ``pages``.
     """
     extents = sorted((o, s) for o, s in extents if s > 0)
     gaps = []
@@ -278,24 +289,22 @@ def _metadata_scatter(extents, size, userblock, page_size, paged=False) -> dict:
         "span_fraction": round(span / size, 4) if size else 0.0,
         "assumed_page_size": int(page_size),
         "pages": len(pages),
-        "metadata_pages": _pages_outside_raw_data(gaps, size, userblock, page_size) if paged else len(pages),
+        "metadata_pages": int(pages_read) if pages_read is not None else len(pages),
+        "metadata_pages_source": "HDF5 page buffer" if pages_read is not None else "blocks holding non-raw bytes",
     }
 
 
-def _pages_outside_raw_data(gaps, size, base, page_size) -> int:
-    """Pages (aligned from ``base``) that lie wholly inside one gap between raw-data extents.
-
-    Gaps are what lies between raw-data extents, so a page touching no raw data is covered
-    by a single gap (the file's end cuts the last page short)."""
-    count = 0
-    for offset, length in gaps:
-        end = offset + length
-        first = (offset - base + page_size - 1) // page_size  # first page starting inside the gap
-        last = (end - base) // page_size  # pages before this one end inside the gap
-        if end == size and (end - base) % page_size:  # the file's last, short page
-            last += 1
-        count += max(0, last - first)
-    return count
+def _read_attributes(obj) -> None:
+    """Read every attribute's value (what a reader opening the object does), for the page buffer to count."""
+    try:
+        names = list(obj.attrs)
+    except DAMAGED_HDF5_ERRORS:
+        return
+    for name in names:
+        try:
+            obj.attrs[name]
+        except (*DAMAGED_HDF5_ERRORS, TypeError):  # a type h5py cannot read: its header was still read
+            continue
 
 
 def _chunk_summary(sizes: np.ndarray, over_page: int) -> dict:

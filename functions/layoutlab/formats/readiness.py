@@ -108,7 +108,7 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
     datasets = h["chunked_datasets"]
     requests = scatter["metadata_pages"]
     small = [d for d in datasets if d["stored_count"] > 1 and d["stored_median"] < t.min_chunk]
-    large = [d for d in datasets if d.get("stored_max", 0) > t.max_chunk]
+    large = [d for d in datasets if d["stored_max"] > t.max_chunk]
     fix_page = _fix_page(h, t, small)
     repack = _repack(location, fix_page)
     h5repack = f"h5repack -S PAGE -P 1 -G {fix_page} {_local(location)} {_out(location)}"
@@ -131,7 +131,7 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
         problems.append(_large_chunks(location, large, t, fix_page))
     # (an unpaged file has no page: the repack that pages it picks one that holds its chunks)
     page = space["page_size"]
-    over_page = [d for d in datasets if d.get("stored_max", 0) > page] if space["paged"] else []
+    over_page = [d for d in datasets if d["stored_max"] > page] if space["paged"] else []
     if over_page:
         biggest = max(d["stored_max"] for d in over_page)
         pages_for = max(fix_page, _pow2_at_least(biggest))
@@ -248,7 +248,7 @@ def _fix_page(h: dict, t: Thresholds, small: list[dict]) -> int:
         needed.append(t.page_size or MIN_PAGE)
         needed.append(_pow2_at_least(math.ceil(2 * h["metadata_bytes_estimate"] / allowed)))
         needed += [_pow2_at_least(d["stored_max"]) for d in h["chunked_datasets"]
-                   if d.get("stored_max", 0) <= t.max_chunk]
+                   if d["stored_max"] <= t.max_chunk]
     needed += [_pow2_at_least(_grown_bytes(d, t)) for d in small]
     return max(needed)
 
