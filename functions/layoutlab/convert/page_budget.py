@@ -127,6 +127,36 @@ class PageChoice:
                                        else None)}
 
 
+AUTO = "auto"  # a plan's or the CLI's page size that asks for choose_page_size
+
+
+def is_auto(page_size) -> bool:
+    return isinstance(page_size, str) and page_size.strip().lower() == AUTO
+
+
+def parse_budget(value) -> float:
+    """A size budget as a fraction: ``0.05``, ``"0.05"`` and ``"5%"`` -> 0.05.
+
+    A bare number must be below 1 (``5`` is refused rather than read as 500 %); a percentage may be
+    anything from 0 %. Raises ValueError saying what was expected.
+    """
+    text = str(value).strip()
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if text.endswith("%"):
+            budget = float(text[:-1]) / 100
+        else:
+            budget = float(text)
+            if budget >= 1:
+                raise ValueError
+    except ValueError:
+        raise ValueError(f"size_budget {value!r}: expected a fraction below 1 (0.05) or a percentage (5%)") from None
+    if not budget >= 0:  # (also NaN)
+        raise ValueError(f"size_budget {value!r}: must not be negative")
+    return budget
+
+
 def candidate_page_sizes(min_page: int = MIN_PAGE_SIZE, max_page: int = MAX_PAGE_SIZE) -> list[int]:
     """Powers of two from ``min_page`` to ``max_page``, largest first."""
     sizes, page = [], 1 << max(0, (int(max_page)).bit_length() - 1)
@@ -404,8 +434,7 @@ def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *,
     ``min_page``/``max_page``: the powers of two tried (4 KiB .. 8 MiB). ``target_chunk_bytes``:
     for a rechunked-paged copy (its chunks grow to this size, which no page may be smaller than).
     """
-    if budget < 0:
-        raise ValueError(f"size budget must be >= 0, got {budget}")
+    budget = parse_budget(budget)
     if target_chunk_bytes:
         min_page = max(min_page, 1 << (int(target_chunk_bytes) - 1).bit_length())
     if min_page > max_page:

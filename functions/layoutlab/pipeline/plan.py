@@ -116,12 +116,19 @@ def validate_plan(plan: dict) -> None:
         if kind not in VARIANT_KINDS:
             fail(f"variants[{i}].kind {kind!r} is not one of {', '.join(VARIANT_KINDS)}")
         if kind in ("repack-paged", "rechunked-paged"):
-            try:
-                page = parse_size(variant.get("page_size", "8MiB"))
+            from layoutlab.convert.page_budget import DEFAULT_BUDGET, is_auto, parse_budget
+
+            try:  # "auto": chosen from the file at conversion (convert/page_budget.py) within size_budget
+                page = None if is_auto(variant.get("page_size")) else parse_size(variant.get("page_size", "8MiB"))
             except ValueError as error:
                 fail(f"variants[{i}].page_size: {error}")
-            if page < 4096 or page & (page - 1):
-                fail(f"variants[{i}].page_size must be a power of two >= 4KiB, got {variant.get('page_size')}")
+            try:
+                parse_budget(variant.get("size_budget", DEFAULT_BUDGET))
+            except ValueError as error:
+                fail(f"variants[{i}].{error}")
+            if page is not None and (page < 4096 or page & (page - 1)):
+                fail(f"variants[{i}].page_size must be \"auto\" or a power of two >= 4KiB, "
+                     f"got {variant.get('page_size')}")
         if kind == "virtual-kerchunk":
             if variant.get("over", "all") not in KERCHUNK_OVER:
                 fail(f"variants[{i}].over must be one of {', '.join(KERCHUNK_OVER)}, got {variant.get('over')!r}")
@@ -259,10 +266,12 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
         if kind == "original":
             spec["name"], spec["format"] = "original", "hdf5"
         elif kind in ("repack-paged", "rechunked-paged"):
-            page = parse_size(spec.get("page_size", "8MiB"))
-            spec["page_size"] = page
+            from layoutlab.convert.page_budget import AUTO, DEFAULT_BUDGET, is_auto, parse_budget
+
+            page = AUTO if is_auto(spec.get("page_size")) else parse_size(spec.get("page_size", "8MiB"))
+            spec["page_size"], spec["size_budget"] = page, parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
             prefix = "paged" if kind == "repack-paged" else "rechunked-paged"
-            spec["name"], spec["format"] = f"{prefix}-{size_label(page)}", "hdf5"
+            spec["name"], spec["format"] = f"{prefix}-{page if page == AUTO else size_label(page)}", "hdf5"
         elif kind == "virtual-kerchunk":
             if spec.get("over", "all") in ("original", "all"):
                 specs.append({**spec, "name": "kerchunk-original", "format": "kerchunk", "over": "original"})
