@@ -19,18 +19,26 @@ def produced(specs):
     return [{"name": s["name"], "format": s["format"], "uri": f"s3://out/{s['name']}"} for s in specs]
 
 
-def test_default_plan_gives_a_grid_dataset_paged_and_three_zarr_variants():
+def test_default_plan_gives_a_grid_dataset_paged_zarr_sharded_and_virtual_variants():
     plan = plans.merge_plan(None)
-    names = [s["name"] for s in plans.variant_specs(plan, GRID)]
+    specs = plans.variant_specs(plan, GRID)
+    names = [s["name"] for s in specs]
     assert names[:3] == ["original", "paged-8MiB", "rechunked-paged-8MiB"]
-    zarr = [n for n in names if n.startswith("zarr-")]
+    zarr = [n for n in names if n.startswith("zarr-") and "sharded" not in n]
     assert zarr[0] == "zarr-240x10x10" and zarr[1] == "zarr-1x181x288" and len(zarr) == 3
+    # map-shaped inner chunks, the whole time axis in one shard: a point time series is one
+    # shard's run of neighbouring inner chunks, which zarr's coalescing reads in few requests
+    sharded = next(s for s in specs if s["name"] == "zarr-sharded-1x181x288")
+    assert sharded["shards"] == {"time": 240, "lat": 181, "lon": 288}
+    # the 2026 options that copy no data: kerchunk over the original and each paged copy, Icechunk virtual
+    assert {"kerchunk-original", "kerchunk-paged-8MiB", "kerchunk-rechunked-paged-8MiB", "icechunk-virtual"} <= set(names)
+    assert plan["readers"]["zarr"] == ["zarr-obstore", "zarr-obstore-nocoalesce"]
 
 
 def test_granules_get_no_zarr_variants_and_only_granule_patterns():
     plan = plans.merge_plan(None)
     specs = plans.variant_specs(plan, GRANULE)
-    assert all(s["format"] == "hdf5" for s in specs)
+    assert {s["format"] for s in specs} == {"hdf5", "kerchunk", "icechunk"}
     cases = plans.expand_cases(plan, GRANULE, "g1", produced(specs))
     assert {c["pattern"] for c in cases} == {"granule-open-list", "beam-read", "beam-subset"}
 
@@ -39,11 +47,9 @@ def test_case_grid_is_the_full_product_with_readers_matched_to_formats():
     plan = plans.merge_plan({"repetitions": 2})
     specs = plans.variant_specs(plan, GRID)
     cases = plans.expand_cases(plan, GRID, "d1", produced(specs))
-    hdf5 = sum(s["format"] == "hdf5" for s in specs)
-    zarr = sum(s["format"] == "zarr" for s in specs)
     per_variant_patterns = len(plan["patterns"]["grid"]) * len(plan["platforms"]) * 2
-    assert len(cases) == per_variant_patterns * (hdf5 * len(plan["readers"]["hdf5"]) + zarr * len(plan["readers"]["zarr"]))
-    assert all(c["reader"].startswith("zarr") == (c["format"] == "zarr") for c in cases)
+    assert len(cases) == per_variant_patterns * sum(len(plan["readers"][s["format"]]) for s in specs)
+    assert all(c["reader"] in plans.READERS_BY_FORMAT[c["format"]] for c in cases)
     # repetitions are the outer loop: the first half of the list is repetition 0
     assert {c["repetition"] for c in cases[: len(cases) // 2]} == {0}
     keys = {(c["variant"], c["pattern"], c["reader"], c["platform"], c["repetition"]) for c in cases}
