@@ -105,7 +105,7 @@ class EnvConfig:
     noncurrent_versions_expire_days: int = 0
     # DynamoDB deletion protection on the fixed-name tables. With it, a rolled-back *first*
     # create cannot delete the new table (DeleteTable is refused) and the retry fails on the
-    # name: deploy the first time with false, turn it on once the stacks exist (README).
+    # name: deploy the first time with false, turn it on once the stacks exist (docs/deploy.md).
     table_deletion_protection: bool = False
 
     @property

@@ -99,7 +99,7 @@ MATRIX = {
     "h5py-s3fs-default": HDF5 + [("paged", "paged-1MiB", GRANULE)],
     "h5py-s3fs-aligned": HDF5 + [("paged", "paged-1MiB", GRANULE)],
     "h5py-ros3": HDF5,
-    # h5netcdf refuses the ATL03 tree as a whole (dimension scales mixed with phony dimensions, README)
+    # h5netcdf refuses the ATL03 tree as a whole (dimension scales mixed with phony dimensions, docs/bench-and-readers.md)
     "xarray-h5netcdf": [("geos", "original", GRID), ("atl03", "original", tuple(p for p in GRANULE
                                                                                 if p != "granule-open-list"))],
     "zarr-obstore": [("zarr", "zarr-24x8x8", GRID), ("sharded", "zarr-sharded", GRID),
@@ -152,7 +152,7 @@ def _unseen_bound(reader: str, client: dict) -> int:
 @pytest.mark.parametrize("reader, data, variant, pattern", CASES)
 def test_client_counts_equal_proxy_counts(uploaded, reader, data, variant, pattern):
     if reader == "h5py-ros3" and not ros3_available():
-        pytest.skip("this h5py has no ros3 driver (README: h5py with ros3)")
+        pytest.skip("this h5py has no ros3 driver (docs/bench-and-readers.md: h5py with ros3)")
     record = run_case({"target": uploaded[data], "pattern": pattern, "reader": reader, "variant": variant,
                        "latency_ms": 0, "bandwidth_mbps": 0})
     assert record["status"] == "ok", record["error"]
@@ -215,7 +215,7 @@ def test_a_record_on_real_s3_has_requests_bytes_and_overread(uploaded, cloud_env
 
 def test_ros3_on_real_s3_is_not_counted(uploaded, cloud_env, monkeypatch):
     if not ros3_available():
-        pytest.skip("this h5py has no ros3 driver (README: h5py with ros3)")
+        pytest.skip("this h5py has no ros3 driver (docs/bench-and-readers.md: h5py with ros3)")
     monkeypatch.delenv("LAYOUTLAB_PROXY_CONTROL")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", cloud_env.moto_endpoint)
     record = run_case({"target": uploaded["geos"], "pattern": "map-timestep", "reader": "h5py-ros3"})

@@ -16,7 +16,7 @@ from).
 Bounds:
 - repack streams one chunk at a time (4 MiB chunks here): peak RSS must stay
   under 256 MiB, 1/16 of the input (import baseline ~50 MiB).
-- rechunk ``--max-mem 256MiB``: README's guarantee, ``--max-mem`` + import
+- rechunk ``--max-mem 256MiB``: docs/rechunk.md's guarantee, ``--max-mem`` + import
   baseline (111 MiB measured) + 16 MiB fixed working memory.
 """
 
@@ -40,7 +40,7 @@ SHAPE = (1024, 1024, 1024)  # float32: 4 GiB
 CHUNKS = (16, 256, 256)  # 4 MiB
 REPACK_BOUND_MIB = 256
 RECHUNK_MAX_MEM_MIB = 256
-IMPORT_BASELINE_MIB = 111  # README, "Memory guarantee" (a whole `layoutlab rechunk` run on a tiny file)
+IMPORT_BASELINE_MIB = 111  # docs/rechunk.md, "Memory guarantee" (a whole `layoutlab rechunk` run on a tiny file)
 FIXED_WORKING_MIB = 16
 
 

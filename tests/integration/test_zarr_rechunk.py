@@ -402,7 +402,7 @@ def peak_rss(*argv) -> int:
 @pytest.mark.slow
 def test_peak_rss_of_a_unit_and_of_a_whole_run_stays_under_the_bound_plus_the_baseline(tmp_path):
     # 24 MiB (and 96 MiB) of data through a 6 MiB bound; the baseline is the same command
-    # on a tiny file (imports), plus the fixed working memory the README states.
+    # on a tiny file (imports), plus the fixed working memory docs/rechunk.md states.
     big = write_geos(tmp_path / "big.nc", shape=(96, 181, 360), complevel=1)
     bigger = write_geos(tmp_path / "bigger.nc", shape=(384, 181, 360), complevel=1)
     tiny = write_geos(tmp_path / "tiny.nc", shape=(2, 3, 4))

@@ -18,7 +18,7 @@ Readers (``READERS``):
   h5py-s3fs-default  h5py on an s3fs file with every library default (what most users run)
   h5py-s3fs-aligned  s3fs block cache with blocks = HDF5 page size, HDF5 page buffer,
                      explicit 1 MiB chunk cache
-  h5py-ros3          HDF5's own S3 driver (only when h5py was built with it; see README)
+  h5py-ros3          HDF5's own S3 driver (only when h5py was built with it; see docs/bench-and-readers.md)
   xarray-h5netcdf    xarray.open_dataset(engine="h5netcdf") on an s3fs file (defaults)
   zarr-obstore       zarr 3 with obstore's S3Store (one GET per chunk, async); zarr's shard
                      coalescing at its defaults (1 MiB gap, 16 MiB cap)
@@ -306,7 +306,7 @@ class H5pyRos3(Reader):
 
         if "ros3" not in h5py.registered_drivers():
             raise UserError(f"reader {self.name}: this h5py ({h5py.__version__}, HDF5 {h5py.version.hdf5_version}) "
-                            "has no ros3 driver; build one against Debian's libhdf5 (see README, section bench)")
+                            "has no ros3 driver; build one against Debian's libhdf5 (see docs/bench-and-readers.md, "h5py with ros3")")
         loc = storage.S3Location.parse(url)
         if loc.version_id:
             raise UserError(f"reader {self.name}: HDF5's ros3 driver cannot read one object version ({url}); "

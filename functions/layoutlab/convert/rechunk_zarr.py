@@ -1050,7 +1050,7 @@ def _catch_up(plan: dict, unit: dict, store, source_cache: dict | None) -> tuple
     both do one earlier unit); each worker visits the missing units in its own
     order (seeded by its id) and re-checks the marker right before running
     one, so concurrent workers mostly pick different units. Measured in
-    README (zarr section).
+    docs/benchmarks.md (rechunk).
     """
     needed = units_feeding(plan, unit)
     if not needed:

@@ -159,7 +159,7 @@ class _Repacker:
         self.dst_refs = {}  # destination path -> object reference to it
         self.read_buffer = bytearray(0)
         # The chunk and attribute loops in C when the extension is built (same output; on the
-        # ATL03-like granule user CPU 1.0 -> 0.7 s, see _fastcopy.c and README).
+        # ATL03-like granule user CPU 1.0 -> 0.7 s, see _fastcopy.c and docs/repack.md).
         self.fast = fastcopy.available()
 
     def __enter__(self):
