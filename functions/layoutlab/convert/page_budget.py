@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -73,17 +73,21 @@ FIXED_ARRAY_ADDRESS = 8
 FILTER_MASK = 4
 
 
-@dataclass
 class FileAllocations:
-    """The sizes of what a paged copy of a file allocates, and where the file's metadata lies now."""
+    """The sizes of what a paged copy of a file allocates, and where the file's metadata lies now.
 
-    path: str
-    size_bytes: int
-    metadata: list[int] = field(default_factory=list)  # sizes of metadata allocations in the copy
-    raw: list[int] = field(default_factory=list)  # sizes of raw-data allocations in the copy
-    metadata_regions: int = 0  # separate runs of metadata (non raw-data bytes) in the file now
-    userblock: int = 0
-    page_size_now: int | None = None  # the file's page size when it is paged already
+    (Plain classes and named tuples in this module, not dataclasses or typing: ``layoutlab repack``
+    imports it, and ``dataclasses`` (with ``inspect``) adds tens of ms to every start of a command
+    timed against h5repack.)
+    """
+
+    def __init__(self, path: str, size_bytes: int):
+        self.path, self.size_bytes = path, size_bytes
+        self.metadata: list[int] = []  # sizes of metadata allocations in the copy
+        self.raw: list[int] = []  # sizes of raw-data allocations in the copy
+        self.metadata_regions = 0  # separate runs of metadata (non raw-data bytes) in the file now
+        self.userblock = 0
+        self.page_size_now: int | None = None  # the file's page size when it is paged already
 
     @property
     def metadata_bytes(self) -> int:
@@ -94,27 +98,21 @@ class FileAllocations:
         return sum(self.raw)
 
 
-@dataclass(frozen=True)
-class PagePrediction:
-    """What a copy paged at ``page_size`` would be: its size and its pages."""
+class PagePrediction(namedtuple("PagePrediction", "page_size output_bytes overhead metadata_pages raw_pages")):
+    """What a copy paged at ``page_size`` would be: its size (``output_bytes``, ``overhead`` = output /
+    input - 1) and its pages (``metadata_pages``: what a page-aligned reader fetches to open the file)."""
 
-    page_size: int
-    output_bytes: int
-    overhead: float  # output / input - 1
-    metadata_pages: int  # pages holding metadata: what a page-aligned reader fetches to open the file
-    raw_pages: int
+    __slots__ = ()
 
 
-@dataclass
 class PageChoice:
     """``page_size`` to use (None: skip paging), why, and what was predicted for every size tried."""
 
-    page_size: int | None
-    reason: str
-    budget: float
-    input_bytes: int
-    predicted_overhead: float | None = None
-    predictions: list[PagePrediction] = field(default_factory=list)
+    def __init__(self, page_size: int | None, reason: str, budget: float, input_bytes: int,
+                 predicted_overhead: float | None = None, predictions: list[PagePrediction] | None = None):
+        self.page_size, self.reason, self.budget, self.input_bytes = page_size, reason, budget, input_bytes
+        self.predicted_overhead = predicted_overhead
+        self.predictions = list(predictions or [])
 
     @property
     def skip(self) -> bool:
@@ -126,6 +124,9 @@ class PageChoice:
                 "predicted_overhead": (round(self.predicted_overhead, 6) if self.predicted_overhead is not None
                                        else None)}
 
+    def __repr__(self) -> str:
+        return f"PageChoice({self.page_size}, {self.reason!r})"
+
 
 AUTO = "auto"  # a plan's or the CLI's page size that asks for choose_page_size
 
@@ -134,11 +135,11 @@ def is_auto(page_size) -> bool:
     return isinstance(page_size, str) and page_size.strip().lower() == AUTO
 
 
-def parse_budget(value) -> float:
+def parse_budget(value, what: str = "size_budget") -> float:
     """A size budget as a fraction: ``0.05``, ``"0.05"`` and ``"5%"`` -> 0.05.
 
     A bare number must be below 1 (``5`` is refused rather than read as 500 %); a percentage may be
-    anything from 0 %. Raises ValueError saying what was expected.
+    anything from 0 %. Raises ValueError naming ``what`` (the field or option) and what was expected.
     """
     text = str(value).strip()
     try:
@@ -151,9 +152,9 @@ def parse_budget(value) -> float:
             if budget >= 1:
                 raise ValueError
     except ValueError:
-        raise ValueError(f"size_budget {value!r}: expected a fraction below 1 (0.05) or a percentage (5%)") from None
+        raise ValueError(f"{what} {value!r}: expected a fraction below 1 (0.05) or a percentage (5%)") from None
     if not budget >= 0:  # (also NaN)
-        raise ValueError(f"size_budget {value!r}: must not be negative")
+        raise ValueError(f"{what} {value!r}: must not be negative")
     return budget
 
 
@@ -176,7 +177,7 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
     import h5py
 
     size = os.path.getsize(path)
-    allocations = FileAllocations(path=str(path), size_bytes=size)
+    allocations = FileAllocations(str(path), size)
     metadata, raw = allocations.metadata, allocations.raw
     extents: list[tuple[int, int]] = []  # (offset, size) of raw data now: what lies between is metadata
     with h5py.File(path, "r") as f:
@@ -233,18 +234,13 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
     return allocations
 
 
-@dataclass(frozen=True)
-class _ObjectSizes:
-    """One object's metadata sizes (``H5Oget_native_info``: what h5stat -S adds up)."""
+class _ObjectSizes(namedtuple("_ObjectSizes", "path kind header accounted index heap attr_index attr_heap")):
+    """One object's metadata sizes (``H5Oget_native_info``: what h5stat -S adds up): ``kind`` (h5o
+    TYPE_*), ``header`` without the free space the writer left in it (H5Ocopy drops it), ``accounted``
+    (all of it as the input stores it), ``index`` and ``heap`` (group B-tree and local heap, or chunk
+    index), ``attr_index`` and ``attr_heap`` (dense attribute storage)."""
 
-    path: str
-    kind: int  # h5py.h5o.TYPE_GROUP / TYPE_DATASET / TYPE_NAMED_DATATYPE
-    header: int  # the object header without its free space (H5Ocopy drops that)
-    accounted: int  # all of it as the input stores it
-    index: int  # group B-tree / chunk index
-    heap: int  # group local heap
-    attr_index: int  # dense attribute storage: B-tree ...
-    attr_heap: int  # ... and fractal heap
+    __slots__ = ()
 
     @classmethod
     def of(cls, path: str, info) -> "_ObjectSizes":
@@ -442,7 +438,7 @@ def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *,
     allocations = allocations or readable_allocations(path, target_chunk_bytes)
     size = allocations.size_bytes
     if size <= ONE_REQUEST_BYTES:
-        return PageChoice(None, f"skipped: the file ({_mb(size)}) is read whole by one request of "
+        return PageChoice(None, f"the file ({_mb(size)}) is read whole by one request of "
                                 f"{ONE_REQUEST_BYTES // MiB} MiB; pages cannot save a request", budget, size)
     predictions = [predict(allocations, page) for page in candidate_page_sizes(min_page, max_page)]
     regions = allocations.metadata_regions
@@ -458,14 +454,14 @@ def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *,
         return PageChoice(best.page_size, reason, budget, size, best.overhead, predictions)
     if within:  # pages that fit the budget, none of them fewer than the file's metadata regions now
         fewest = min(within, key=lambda p: p.metadata_pages)
-        reason = (f"skipped: metadata already contiguous (in {regions} region{'s' * (regions != 1)}); "
+        reason = (f"metadata already contiguous (in {regions} region{'s' * (regions != 1)}); "
                   f"the fewest pages a copy within the {budget:.0%} budget would need is {fewest.metadata_pages} "
                   f"({_label(fewest.page_size)})")
         if allocations.page_size_now:
             reason += f"; the file is paged already ({_label(allocations.page_size_now)} pages)"
         return PageChoice(None, reason, budget, size, None, predictions)
     smallest = min(predictions, key=lambda p: p.overhead)
-    return PageChoice(None, f"skipped: no page size meets the {budget:.0%} budget (the smallest overhead is "
+    return PageChoice(None, f"no page size meets the {budget:.0%} budget (the smallest overhead is "
                             f"{smallest.overhead:+.1%}, with {_label(smallest.page_size)} pages)",
                       budget, size, None, predictions)
 

@@ -82,6 +82,8 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         detail = _icechunk_native(task, s3, memory_mb)
     elif spec["format"] == "hdf5":
         detail = _repack(task, s3)
+        if detail.get("status") == "SKIPPED":  # "auto" found paging of no use here: recorded, not failed
+            return _record_skipped(store, task, detail, started)
     else:
         detail = _rechunk(task, s3, memory_mb)
     done = _record_ready(task, s3, store, detail, started)
@@ -110,16 +112,46 @@ def _record_failure(store, task: dict, reason: str, started: float) -> dict:
     return {"variant": spec["name"], "status": "FAILURE", "reason": reason}
 
 
+def _record_skipped(store, task: dict, detail: dict, started: float) -> dict:
+    """A SKIPPED variant record: paging chosen "auto" that cannot help this file within its size budget.
+
+    Not a failure (no FAILURE item; the run's other variants and the file's results stand): the
+    record says why, in ``reason`` and ``page_size_choice``. References planned over the variant
+    are recorded SKIPPED too, naming it.
+    """
+    spec = task["variant"]
+    reason = f"paging skipped: {detail['page_size_choice']}"
+    store.put_variant(task["dataset_id"], spec["name"], uri=spec["uri"], format=spec["format"],
+                      variant_kind=spec["kind"], status="SKIPPED", reason=reason,
+                      convert_s=time.perf_counter() - started, spec=spec,
+                      **{k: v for k, v in detail.items() if k != "status"})
+    for derived in spec.get("derived") or ():
+        store.put_variant(task["dataset_id"], derived["name"], uri=derived["uri"], format=derived["format"],
+                          variant_kind=derived["kind"], status="SKIPPED", spec=derived,
+                          reason=f"references over {spec['name']}, which was not made: {reason}")
+    return {"variant": spec["name"], "status": "SKIPPED", "reason": reason}
+
+
 def _record_ready(task: dict, s3, store, detail: dict, started: float) -> dict:
+    from layoutlab.convert.page_budget import DEFAULT_BUDGET, parse_budget
+
     spec = task["variant"]
     dataset_id = task["dataset_id"]
     target = S3Location.parse(spec["uri"])
     size = _prefix_size(s3, target.bucket, target.key + ("/" if spec["format"] in ("zarr", "icechunk") else ""))
     source_size = int(task["source"].get("size") or 0)
+    overhead = (size / source_size - 1) if source_size else None
+    budget = parse_budget(detail.get("size_budget", spec.get("size_budget", DEFAULT_BUDGET)))
+    if isinstance(detail.get("page_size"), int):  # the page size made, "auto" resolved (the recipe reads the spec)
+        spec = {**spec, "page_size": detail["page_size"],
+                **({"page_size_requested": spec["page_size"]} if spec.get("page_size") != detail["page_size"] else {})}
     item = {
         "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
         "size_bytes": size, "source_bytes": source_size,
-        "size_overhead": (size / source_size - 1) if source_size else None,
+        "size_overhead": overhead, "size_budget": budget,
+        # (references are judged by the report with the object they point at, not here)
+        **({"within_budget": overhead <= budget} if overhead is not None and spec["kind"] not in VIRTUAL_KINDS
+           else {}),
         # for a fanned-out rechunk: the units' summed seconds plus the publish step's own
         "convert_s": time.perf_counter() - started + float(detail.get("units_seconds") or 0.0),
         "peak_rss_mb": _peak_rss_mb(),
@@ -174,24 +206,42 @@ def _icechunk_native(task: dict, s3, memory_mb: int | None) -> dict:
 
 
 def _repack(task: dict, s3) -> dict:
+    """The paged copy, and how its page size was chosen: ``page_size`` "auto" is chosen here from the
+    downloaded file within ``size_budget`` (convert/page_budget.py), or paging is skipped (status
+    SKIPPED, nothing published); an explicit page size is the plan's."""
+    from layoutlab.convert.page_budget import DEFAULT_BUDGET, choose_page_size, is_auto, parse_budget
     from layoutlab.convert.repack import repack
+    from layoutlab.errors import BadInputFile
     from layoutlab.guard import run_guarded
 
     spec = task["variant"]
     target = S3Location.parse(spec["uri"])
+    budget = parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
+    page_size = spec.get("page_size", 8 * 2**20)
     with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
         source = _download(s3, task["source"], scratch)
         out = Path(scratch) / "variant.h5"
         # guarded: a damaged file that makes libhdf5 spin is stopped in a minute, not at the task's timeout
         original = f"s3://{task['source']['bucket']}/{task['source']['key']}"
-        summary = run_guarded(repack, source, out, path=original, page_size=spec.get("page_size", 8 * 2**20),
+        if is_auto(page_size):
+            try:
+                choice = run_guarded(choose_page_size, source, budget, path=original,
+                                     target_chunk_bytes=spec.get("target_chunk_bytes"))
+            except BadInputFile as error:  # (it names the scratch copy: name the upload)
+                raise BadInputFile(original, error.reason) from None
+            if choice.skip:
+                return {"status": "SKIPPED", **choice.record()}
+            page_size, paging = choice.page_size, choice.record()
+        else:
+            paging = {"page_size": int(page_size), "page_size_choice": "set by the plan", "size_budget": budget}
+        summary = run_guarded(repack, source, out, path=original, page_size=page_size,
                               target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
         _publish(s3, out, target)
     result = summary.to_dict()
     # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
     # The notes stay text: a line or two, e.g. why the native engine left the copy to the Python engine.
     return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k != "notes" else v)
-                       for k, v in result.items() if k not in ("input", "output")}}
+                       for k, v in result.items() if k not in ("input", "output")}, **paging}
 
 
 def _publish(s3, path: Path, target: S3Location) -> None:
