@@ -70,6 +70,8 @@ def load_plan(path: str | None, repetitions: int | None) -> dict:
         plan = json.loads(resources.files("layoutlab.pipeline").joinpath("demo_plan.json").read_text())
     if repetitions is not None:
         plan["repetitions"] = repetitions
+        # (the first round; a plan's cap on further rounds never falls below it)
+        plan["max_repetitions"] = max(repetitions, plan.get("max_repetitions", repetitions))
     try:
         merge_plan(plan)
     except PlanError as error:
