@@ -95,17 +95,24 @@ def budget_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return ["variant", "what is stored", "MB stored to read it", "overhead vs size budget", "page size"], body
 
 
-def cost_rows_table(costs: dict[str, dict], patterns: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Variant: conversion $ once (and how it was priced), storage $ a month, $ per 1,000 reads per pattern."""
+def cost_rows_table(costs: dict[str, dict], patterns: list[str] | None = None,
+                    detail: bool = True) -> tuple[list[str], list[list[str]]]:
+    """Variant: conversion $ once (with how each step was priced, or its seconds when not ``detail``),
+    storage $ a month, $ per 1,000 reads of each pattern."""
     patterns = patterns or sorted({p for row in costs.values() for p in row.get("read_usd_per_1000", {})})
     body = []
     for variant, row in sorted(costs.items(), key=lambda kv: (kv[0] != "original", kv[0])):
         steps = row.get("conversion") or {}
-        billed = "; ".join(f"{name}: {step.get('billed')}" for name, step in steps.items()) or "no conversion"
-        body.append([variant, _usd(row.get("conversion_usd")), billed, _usd(row.get("storage_usd_per_month"))]
+        if detail:
+            how = "; ".join(f"{name}: {step.get('billed')}" for name, step in steps.items()) or "no conversion"
+        else:
+            seconds = [step.get("convert_s") for step in steps.values()]
+            how = "-" if any(x is None for x in seconds) else f"{sum(seconds):.1f}"
+        body.append([variant, _usd(row.get("conversion_usd")), how, _usd(row.get("storage_usd_per_month"))]
                     + [_usd(row.get("read_usd_per_1000", {}).get(p)) if p in row.get("read_usd_per_1000", {}) else "-"
                        for p in patterns])
-    return ["variant", "convert $ (once)", "priced as", "S3 $ / month"] + [f"{p} $ / 1,000 reads" for p in patterns], body
+    return (["variant", "convert $ (once)", "priced as" if detail else "convert s", "S3 $ / month"]
+            + [f"{p} $ / 1,000 reads" if detail else f"{p} $/1k reads" for p in patterns], body)
 
 
 def decision_lines(summary: dict) -> list[str]:
@@ -121,7 +128,7 @@ def decision_lines(summary: dict) -> list[str]:
     for platform, costs in sorted((summary.get("costs") or {}).items()):
         if costs:
             yardstick = summary.get("cost_yardstick") or {}
-            header, rows = cost_rows_table(costs)
+            header, rows = cost_rows_table(costs, detail=False)
             lines += [f"cost on {platform} (reads: the best reader's measured time and requests"
                       + (f"; weighed over {yardstick['months']} months at {yardstick['reads_per_month']:,} reads "
                          "a month" if yardstick else "") + "):"]
