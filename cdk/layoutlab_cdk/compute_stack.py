@@ -295,6 +295,9 @@ class ComputeStack(Stack):
         if write:
             # a fanned-out rechunk's publish step reads its work units' records back (Query)
             policy.allow(role, ["dynamodb:Query"], [self._results_arn])
+        else:
+            # a case reads its variant's item: a variant the convert step SKIPPED (page_size auto) is not measured
+            policy.allow(role, ["dynamodb:GetItem"], [self._results_arn])
 
     def _summarize_permissions(self, role: iam.IRole) -> None:
         from .data_stack import PATTERN_INDEX

@@ -29,6 +29,9 @@ def measure(case: dict) -> dict:
 
 
 def run_bench_case(case: dict, *, store, emit=None) -> dict:
+    skipped = skipped_variant(case, store)
+    if skipped:  # its variant was not made (paging "auto" that could not help): nothing to measure, no failure
+        return {"case_id": case["case_id"], "skipped": skipped}
     record = measure(case)
     record["case_id"] = case["case_id"]
     if record.get("status") == "error" or record.get("error"):
@@ -40,6 +43,14 @@ def run_bench_case(case: dict, *, store, emit=None) -> dict:
     if emit is not None:
         emit_case_metrics(emit, record)
     return {"case_id": case["case_id"], "wall_s": record.get("wall_s"), "requests": record.get("requests")}
+
+
+def skipped_variant(case: dict, store) -> str | None:
+    """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto), or None."""
+    if case.get("variant") in (None, "original"):
+        return None
+    item = store.get_variant(case["dataset_id"], case["variant"])
+    return (item.get("reason") or "variant skipped") if item and item.get("status") == "SKIPPED" else None
 
 
 def emit_case_metrics(emit, record: dict) -> None:
