@@ -75,3 +75,22 @@ def test_the_report_shows_the_budget_table_and_the_sentence_flags_a_kept_variant
     assert "paged-8MiB [!]" in table and "+41.8% vs a 5% budget (default): OVER" in table
     assert "references + paged-8MiB" in table
     assert "Size budget: paged-8MiB adds +41.8% vs a 5% budget (default): OVER." in written.sentences["d"]
+
+
+def test_paging_skipped_by_auto_is_listed_with_its_reason_and_references_over_it_too():
+    variants = {"original": {"variant_kind": "original", "size_bytes": ORIGINAL},
+                "paged-auto": {"variant_kind": "repack-paged", "status": "SKIPPED", "size_budget": 0.05,
+                               "reason": "paging skipped: metadata is 0.2% of the file; no page keeps it within 5%",
+                               "page_size_choice": "metadata is 0.2% of the file; no page keeps it within 5%",
+                               "spec": {"kind": "repack-paged", "page_size": "auto"}},
+                "kerchunk-paged-auto": {"variant_kind": "virtual-kerchunk", "status": "SKIPPED",
+                                        "reason": "references over paged-auto, which was not made",
+                                        "spec": {"over": "paged-auto"}}}
+    rows = {r["variant"]: r for r in budget_rows(variants)}
+    assert rows["paged-auto"]["status"] == "SKIPPED" and rows["paged-auto"]["page_size"] is None
+    assert rows["paged-auto"]["within_budget"] is None and not rows["paged-auto"]["flag"]
+    from layoutlab.report.budget import budget_text
+
+    assert budget_text(rows["paged-auto"]) == ("not made: paging skipped: metadata is 0.2% of the file; "
+                                                "no page keeps it within 5%")
+    assert budget_text(rows["kerchunk-paged-auto"]) == "not made: references over paged-auto, which was not made"

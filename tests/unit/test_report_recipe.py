@@ -151,3 +151,14 @@ def test_reader_settings_text_for_each_reader():
     assert "cacheLineSize=4194304" in _reader_text("h5coro", {"cache_line_size": 4194304})
     xr = _reader_text("xarray-h5netcdf", {"cache_type": "BlockCache", "block_size": 4194304})
     assert 'engine="h5netcdf"' in xr and "the cache xarray picked: BlockCache, block size 4194304" in xr
+
+
+def test_a_page_chosen_by_auto_gives_the_size_made_and_says_how_it_was_chosen():
+    item = {"variant_kind": "repack-paged", "page_size": 2 * 2**20, "size_budget": 0.05,
+            "page_size_choice": "2 MiB: the largest page within 5% (predicted +3.1%)",
+            "spec": {"kind": "repack-paged", "page_size": 2 * 2**20, "page_size_requested": "auto"}}
+    steps = make_steps("paged-auto", item)
+    assert steps["commands"] == ["layoutlab repack INPUT.h5 OUTPUT.h5 --page-size 2MiB"]
+    assert steps["h5repack"] == "h5repack -S PAGE -G 2097152 INPUT.h5 OUTPUT.h5"
+    assert steps["note"].startswith("page size: 2 MiB: the largest page within 5% (predicted +3.1%) "
+                                    "(--page-size auto --size-budget 5% chooses it from the file).")

@@ -90,9 +90,16 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
     rows = []
     for name in sorted(variants, key=lambda n: (n != ORIGINAL, n)):
         item = variants[name] or {}
+        kind = variant_kind(name, item)
+        if item.get("status") == "SKIPPED":  # "auto" paging that could not help within the budget: nothing made
+            rows.append({"variant": name, "kind": kind, "status": "SKIPPED", "reason": item.get("reason"),
+                         "size_bytes": None, "storage_bytes": None, "references": referenced_variant(name, item),
+                         "overhead": None, "size_budget": _budget(item), "budget_recorded": "size_budget" in item,
+                         "within_budget": None, "flag": False, "page_size": None,
+                         "page_size_choice": item.get("page_size_choice")})
+            continue
         if item.get("status", "READY") not in ("READY", None):
             continue  # a failed variant stored nothing worth judging
-        kind = variant_kind(name, item)
         needed = storage_bytes(name, variants)
         over = referenced_variant(name, item)
         if kind == "original":
@@ -104,16 +111,16 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
         else:
             overhead = item.get("size_overhead")
         recorded = item.get("size_budget")
-        budget = float(recorded) if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) \
-            else DEFAULT_SIZE_BUDGET
+        budget = _budget(item)
         if over is None and isinstance(item.get("within_budget"), bool):
             within = item["within_budget"]
         else:
             within = None if overhead is None else overhead <= budget + 1e-12
-        page = item.get("page_size") or (item.get("spec") or {}).get("page_size") \
-            or (item.get("repack") or {}).get("page_size")
+        pages = (item.get("page_size"), (item.get("repack") or {}).get("page_size"),
+                 (item.get("spec") or {}).get("page_size"))
+        page = next((p for p in pages if isinstance(p, int) and not isinstance(p, bool)), None)  # not "auto"
         rows.append({
-            "variant": name, "kind": kind, "size_bytes": item.get("size_bytes"), "storage_bytes": needed,
+            "variant": name, "kind": kind, "status": item.get("status", "READY"), "size_bytes": item.get("size_bytes"), "storage_bytes": needed,
             "references": over, "overhead": overhead, "size_budget": budget,
             "budget_recorded": recorded is not None, "within_budget": within,
             "flag": within is False and (kind in PAGED_KINDS or over is not None),
@@ -122,8 +129,16 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def _budget(item: dict) -> float:
+    recorded = item.get("size_budget")
+    return float(recorded) if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) \
+        else DEFAULT_SIZE_BUDGET
+
+
 def budget_text(row: dict) -> str:
     """``+41.8% vs a 5% budget: OVER`` (or within), saying when the budget is the default (not recorded)."""
+    if row.get("status") == "SKIPPED":
+        return f"not made: {row.get('reason') or 'skipped'}"
     if row["overhead"] is None:
         return "overhead unknown (no size recorded)"
     budget = f"{row['size_budget']:.0%} budget" + ("" if row["budget_recorded"] else " (default)")

@@ -11,6 +11,7 @@ results --kind SUMMARY`` and the report show the text.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 DEFAULT_COMPRESSOR = "blosc-zstd:3"  # convert/rechunk_zarr.py's default codec chain
@@ -35,8 +36,9 @@ def make_steps(variant: str, item: dict | None, variants: dict[str, dict] | None
     if kind == "original":
         return {"kind": "original", "commands": [], "note": "keep the file as it is: no conversion, no extra storage"}
     if kind in ("repack-paged", "rechunked-paged"):
-        page = spec.get("page_size") or item.get("page_size") or (item.get("repack") or {}).get("page_size")
-        if page is None and "paged-" in variant:  # an item without its spec: the name says the page
+        pages = (item.get("page_size"), (item.get("repack") or {}).get("page_size"), spec.get("page_size"))
+        page = next((p for p in pages if isinstance(p, int) and not isinstance(p, bool)), None)  # not "auto"
+        if page is None and re.search(r"paged-\d+[KMG]?i?B$", variant):  # an item without its spec: the name says the page
             from layoutlab.units import parse_size
 
             page = parse_size(variant.rsplit("-", 1)[-1], "page size in the variant's name")
@@ -51,7 +53,10 @@ def make_steps(variant: str, item: dict | None, variants: dict[str, dict] | None
                 "dimensions; layoutlab repack also persists free space, makes COMPACT datasets CONTIGUOUS "
                 "and fixes unlimited dimensions at their size")
         if item.get("page_size_choice"):
-            note = f"page size: {item['page_size_choice']}. {note}"
+            budget = item.get("size_budget")
+            chosen = (f" (--page-size auto{f' --size-budget {budget:.0%}' if isinstance(budget, float) else ''}"
+                      " chooses it from the file)" if spec.get("page_size_requested") == "auto" else "")
+            note = f"page size: {item['page_size_choice']}{chosen}. {note}"
         return {"kind": kind, "commands": [layoutlab], "h5repack": f"{h5repack} INPUT.h5 OUTPUT.h5", "note": note}
     if kind == "rechunk-zarr":
         chunks = spec.get("chunks") or {}
