@@ -306,7 +306,7 @@ class H5pyRos3(Reader):
 
         if "ros3" not in h5py.registered_drivers():
             raise UserError(f"reader {self.name}: this h5py ({h5py.__version__}, HDF5 {h5py.version.hdf5_version}) "
-                            "has no ros3 driver; build one against Debian's libhdf5 (see docs/bench-and-readers.md, "h5py with ros3")")
+                            "has no ros3 driver; build one against Debian's libhdf5 (see docs/bench-and-readers.md, 'h5py with ros3')")
         loc = storage.S3Location.parse(url)
         if loc.version_id:
             raise UserError(f"reader {self.name}: HDF5's ros3 driver cannot read one object version ({url}); "
