@@ -230,7 +230,7 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
     unaccounted = max(0, size - accounted - free - userblock)
     raw.extend([GLOBAL_HEAP_COLLECTION] * (unaccounted // GLOBAL_HEAP_COLLECTION))
     metadata.extend(FILE_SPACE_BOOKKEEPING)
-    allocations.metadata_regions = _metadata_regions(extents, size, userblock)
+    allocations.metadata_regions = _metadata_regions(extents, size, userblock, allocations.page_size_now)
     return allocations
 
 
@@ -368,8 +368,20 @@ def _merged_chunk_sizes(chunks: list[tuple[tuple, int]], first_axis: int) -> lis
     return list(merged.values())
 
 
-def _metadata_regions(extents: list[tuple[int, int]], size: int, userblock: int) -> int:
-    """Separate runs of bytes between raw-data extents: about the requests a reader makes to see the metadata."""
+def _metadata_regions(extents: list[tuple[int, int]], size: int, userblock: int, page: int | None) -> int:
+    """Separate runs of metadata now: about the requests a reader makes to see all of it.
+
+    Unpaged: the runs of bytes between raw-data extents. Paged (``page``): the runs of pages holding
+    no raw data (paged aggregation keeps metadata and raw data in pages of their own; the gaps at
+    the end of raw-data pages are empty, not metadata).
+    """
+    if page:
+        raw_pages = set()
+        for offset, nbytes in extents:
+            if nbytes > 0:
+                raw_pages.update(range((offset - userblock) // page, (offset - userblock + nbytes - 1) // page + 1))
+        pages = range(0, -(-(size - userblock) // page))
+        return sum(1 for n in pages if n not in raw_pages and (n == 0 or n - 1 in raw_pages))
     regions, cursor = 0, userblock
     for offset, nbytes in sorted(e for e in extents if e[1] > 0):
         if offset > cursor:
