@@ -120,7 +120,8 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
                  (item.get("spec") or {}).get("page_size"))
         page = next((p for p in pages if isinstance(p, int) and not isinstance(p, bool)), None)  # not "auto"
         rows.append({
-            "variant": name, "kind": kind, "status": item.get("status", "READY"), "size_bytes": item.get("size_bytes"), "storage_bytes": needed,
+            "variant": name, "kind": kind, "status": item.get("status", "READY"),
+            "size_bytes": item.get("size_bytes"), "storage_bytes": needed,
             "references": over, "overhead": overhead, "size_budget": budget,
             "budget_recorded": recorded is not None, "within_budget": within,
             "flag": within is False and (kind in PAGED_KINDS or over is not None),

@@ -52,7 +52,7 @@ import statistics
 from collections import defaultdict
 
 from layoutlab.errors import UserError
-from layoutlab.report import budget
+from layoutlab.report import budget, cost
 
 TIMESERIES_PATTERNS = ("timeseries-point", "timeseries-region-mean")
 MAP_PATTERNS = ("map-timestep", "map-time-mean")
@@ -415,12 +415,11 @@ def _candidate(result: dict, mix: dict | None) -> tuple[str, str, list[str]] | N
     return None
 
 
-def _layout_costs(records: list[dict], variants: dict[str, dict], prices: dict | None) -> tuple[dict | None, str | None]:
+def _layout_costs(records: list[dict], variants: dict[str, dict],
+                  prices: dict | None) -> tuple[dict | None, str | None]:
     """``cost.layout_costs`` and None, or None and why the costs cannot be computed (the decision goes on
     without weighing them: a price file or a platform name the summary step cannot price is no reason to
     give no recommendation)."""
-    from layoutlab.report import cost
-
     if not variants:
         return None, "no VARIANT items: conversion and storage costs unknown"
     try:
@@ -438,11 +437,8 @@ def workload_cost(row: dict | None, patterns: list[str], mix: dict | None, yards
     if not patterns or any(v is None for v in per_1000):
         return None
     shares = [mix[p] for p in patterns] if mix else [1 / len(patterns)] * len(patterns)
-    requests = sum(share * v for share, v in zip(shares, per_1000)) * yardstick["reads_per_month"] / ACCESSES_PER_PRICE
+    requests = sum(share * v for share, v in zip(shares, per_1000)) * yardstick["reads_per_month"] / cost.ACCESSES
     return row["conversion_usd"] + yardstick["months"] * (row["storage_usd_per_month"] + requests)
-
-
-ACCESSES_PER_PRICE = 1000  # cost rows are $ per 1,000 reads
 
 
 def _comparisons(platform: str, variant: str, against: str, patterns: list[str], best: dict, walls: dict) -> dict:
@@ -521,7 +517,7 @@ def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dic
     if cheaper:
         first = variant
         variant = cheaper["variant"]
-        why = (f"it reads as fast as {first} (chosen first: {why}) and costs less")
+        why = f"it reads as fast as {first} (chosen first: {why}) and costs less"
         comparison = cheaper["against_original"]
     return {"variant": variant, "why": why, "candidate": variant, "comparison": comparison,
             "no_measurable_difference": False, "replaced_dominated": replaced, "on": on,
@@ -600,10 +596,10 @@ def recommendation_sentence(platform: str, result: dict, mix: dict | None, budge
     return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}"
 
 
+# -- the seeds' effect --------------------------------------------------------------
 BASELINE = f"original + {DEFAULT_READER}'s"
 
 
-# -- the seeds' effect --------------------------------------------------------------
 def paged_variants(variants: dict[str, dict], records: list[dict]) -> list[str]:
     """Paged HDF5 copies: by their VARIANT item's kind, else (results without items) by name."""
     names = {r["variant"] for r in records if r.get("variant")} | set(variants)
