@@ -93,3 +93,20 @@ def test_the_summary_item_carries_costs_budget_choice_and_results_prints_them(ca
     # an older SUMMARY item without those fields prints what it has, no error
     _print_recipes([{"kind": "SUMMARY", "dataset": "d", "recommendation": "keep it"}], "table")
     assert capsys.readouterr().out == "\nd: keep it\n"
+
+
+def test_the_rounds_of_repetitions_are_told_under_the_recommendation(capsys):
+    """The pipeline's SUMMARY says how many rounds of repetitions ran and what stayed undecided: shown by
+    `layoutlab results --kind SUMMARY`, the demo's report text and the HTML report's notes."""
+    from layoutlab.commands.results import _print_recipes
+    from layoutlab.report import html, tables
+
+    text = "2 rounds of repetitions (3, then up to 6); 1 comparison still undecided at 6: paged-8MiB vs original"
+    summary = {"kind": "SUMMARY", "dataset": "d", "recommendation": "keep original",
+               "repetition_rounds": {"rounds": 2, "text": text}}
+    assert tables.decision_lines(summary)[-1] == text
+    _print_recipes([summary], "table")
+    assert text in capsys.readouterr().out
+    recs = [dict(r, kind="RESULT") for r in records()]
+    section = html.build_section("d", {"RESULT": recs, "SUMMARY": [summary]})
+    assert text in section.notes

@@ -105,6 +105,9 @@ def build_section(dataset: str, kinds: dict[str, list[dict]], *, mix: dict[str, 
         section.notes.append(decision.paged_reader_effect_text(effect) + ".")
     if decided.get("costs_note"):
         section.notes.append(decided["costs_note"] + ".")
+    rounds = ((kinds.get("SUMMARY") or [{}])[0].get("repetition_rounds") or {}).get("text")
+    if rounds:  # how many rounds of repetitions the pipeline ran, and what stayed undecided
+        section.notes.append(rounds)
     counted, excluded = decided["results_counted"], decided["results_excluded"]
     section.notes.append(f"{counted} results counted, {excluded} excluded (values that did not check out); "
                          f"times are medians over repetitions, each case a cold single-core process.")

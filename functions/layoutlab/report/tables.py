@@ -138,4 +138,6 @@ def decision_lines(summary: dict) -> list[str]:
     for platform, effect in sorted((summary.get("paged_reader_effect") or {}).items()):
         if effect:
             lines.append(f"{platform}: {paged_reader_effect_text(effect)}")
+    if (summary.get("repetition_rounds") or {}).get("text"):
+        lines.append(summary["repetition_rounds"]["text"])
     return lines
