@@ -5,14 +5,21 @@ checkable, the others with their problems. Then every HDF5 / NetCDF-4 file is re
 check's own not-paged fix says (its page size) and checked again: the copy must pass the rules
 repack is there to fix (paging, metadata in few requests, unlimited dimensions, COMPACT). Chunk
 sizes are the producer's choice and repack keeps them unless asked, so those rules may still fail.
+
+And ``--check`` on s3:// objects (local cloud: a moto server on 127.0.0.1): the verdict of an
+object is the local file's, and a missing object is reported with its reason.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+
+import h5py
+import numpy as np
 
 import pytest
 from shared_corpus import binary_files, build_cdl, cdl_files, label
@@ -20,8 +27,8 @@ from shared_corpus import binary_files, build_cdl, cdl_files, label
 from layoutlab.errors import UserError
 from layoutlab.formats.readiness import RULE_NAMES
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not binary_files(), reason="shared corpus not found (set LAYOUTLAB_CORPUS)")]
+pytestmark = pytest.mark.slow
+needs_corpus = pytest.mark.skipif(not binary_files(), reason="shared corpus not found (set LAYOUTLAB_CORPUS)")
 
 REPACK_FIXES = ("not-paged", "scattered-metadata", "unlimited", "compact")
 NOT_HDF5 = {"hdf5-json/notahdf5file.h5", "xarray/bears.nc", "xarray/example_1.nc",
@@ -32,9 +39,9 @@ NOT_HDF5 = {"hdf5-json/notahdf5file.h5", "xarray/bears.nc", "xarray/example_1.nc
             *(f"netcdf4-python/{name}.nc" for name in ("CRM032_test1", "netcdf_dummy_file", "ubyte"))}
 
 
-def check(*args) -> subprocess.CompletedProcess:
+def check(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "layoutlab.cli", "inspect", "--check", *map(str, args)],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +63,7 @@ def checked(corpus):
     return text, as_json, {r["file"]: r for r in json.loads(as_json.stdout)}
 
 
+@needs_corpus
 def test_every_corpus_file_gets_a_verdict_without_a_traceback(corpus, checked):
     text, as_json, results = checked
     for run in (text, as_json):
@@ -80,6 +88,7 @@ def test_every_corpus_file_gets_a_verdict_without_a_traceback(corpus, checked):
             assert result["format"] in ("hdf5", "netcdf4"), result
 
 
+@needs_corpus
 def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpus, checked, tmp_path):
     from layoutlab.convert.repack import repack  # what `layoutlab repack` runs (native engine, else Python)
     from layoutlab.guard import run_guarded
@@ -108,3 +117,41 @@ def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpu
              for name, out in repacked.items()}
     still = {name: problems for name, problems in still.items() if problems}
     assert not still, still
+
+
+def test_s3_objects_are_checked_like_local_files_and_a_missing_one_exits_2(tmp_path, monkeypatch):
+    from moto.server import ThreadedMotoServer
+
+    from layoutlab.storage import boto3_s3_client
+
+    good, tiny = tmp_path / "good.h5", tmp_path / "tiny.h5"
+    with h5py.File(good, "w", fs_strategy="page", fs_persist=True, fs_page_size=1 << 20) as f:
+        f.create_dataset("x", data=np.arange(400_000.0), chunks=(50_000,))
+        f["x"].attrs["units"] = "m"
+    with h5py.File(tiny, "w") as f:
+        f.create_dataset("x", data=np.arange(100_000, dtype="f4"), chunks=(1_000,))
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        s3 = boto3_s3_client()
+        s3.create_bucket(Bucket="incoming")
+        s3.upload_file(str(good), "incoming", "granules/good.h5")
+        s3.upload_file(str(tiny), "incoming", "granules/tiny.h5")
+        env = dict(os.environ)
+        urls = [f"s3://incoming/granules/{name}" for name in ("good.h5", "missing.h5", "tiny.h5")]
+        remote = check("--json", *urls, env=env)
+    finally:
+        server.stop()
+    assert remote.returncode == 2 and "Traceback" not in remote.stderr
+    assert remote.stderr.strip() == "layoutlab inspect: error: s3://incoming/granules/missing.h5: no such object"
+    by_file = {r["file"]: r for r in json.loads(remote.stdout)}
+    local = {r["file"]: r for r in json.loads(check("--json", good, tiny).stdout)}
+    for name in ("good.h5", "tiny.h5"):
+        mine, theirs = by_file[f"s3://incoming/granules/{name}"], local[str(tmp_path / name)]
+        assert mine["ok"] == theirs["ok"] and mine.get("summary") == theirs.get("summary")
+        assert [p["measured"] for p in mine["problems"]] == [p["measured"] for p in theirs["problems"]]
+    # A fix names the object's local copy by its base name.
+    tiny_fixes = [p["fix"] for p in by_file["s3://incoming/granules/tiny.h5"]["problems"]]
+    assert all(fix.startswith("layoutlab repack tiny.h5 tiny-cloud.h5 ") for fix in tiny_fixes), tiny_fixes

@@ -359,3 +359,20 @@ def test_check_report_fix_pages_hold_the_metadata_in_half_the_allowed_requests()
     assert problem["rule"] == "not-paged" and "--page-size 8MiB" in problem["fix"]
     (problem,) = check_report(report, Thresholds(max_metadata_requests=40))
     assert "--page-size 512KiB" in problem["fix"]
+
+
+def test_a_paged_file_whose_metadata_spans_many_pages_gets_larger_pages(tmp_path):
+    path = tmp_path / "small-pages.h5"
+    with paged(path, 4096) as f:  # HDF5's default page: far too small for ~100 kB of metadata
+        for i in range(150):
+            group = f.create_group(f"beam{i:03d}")
+            group.attrs["description"] = "x" * 200
+            group.create_dataset("v", data=RNG.random(2_000))
+    code, (result,) = check_json(path)
+    found = {p["rule"]: p for p in result["problems"]}
+    assert code == 1 and set(found) == {"scattered-metadata"}
+    problem = found["scattered-metadata"]
+    assert problem["value"] > 4 and "ranged GETs of 4 KiB to read it vs at most 4" in problem["measured"]
+    fixed = run_fix(problem, tmp_path)
+    done = check(fixed)
+    assert done.returncode == 0, done.stdout

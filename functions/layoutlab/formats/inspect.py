@@ -64,7 +64,8 @@ def _open_bytes(location: str):
             yield stream, path.stat().st_size
 
 
-def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_SIZE, per_dataset: bool = False) -> dict:
+def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_SIZE,
+                 per_dataset: bool = False) -> dict:
     """The report for ``location``; ``page_size`` is the page size the scatter figures assume for unpaged files.
 
     ``per_dataset`` adds ``hdf5.chunked_datasets``: each chunked dataset's shape, chunk shape and
@@ -179,7 +180,9 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
     pages_read = None
     if paged:  # every object header, attribute and chunk index has been read: the page buffer saw each page
         stats = f.id.get_page_buffering_stats()
-        pages_read = stats.meta.misses + stats.raw.misses  # (variable-length attribute values count as raw)
+        # Variable-length attribute values live in global heaps, which HDF5 allocates as raw data: in raw
+        # pages, among the datasets' values, where paging does not gather them.
+        pages_read = (stats.meta.misses, stats.raw.misses)
     scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page, pages_read)
     details = {
         "netcdf4_markers": netcdf4_markers,
@@ -258,17 +261,18 @@ def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
         dim.pop("_addr", None)
 
 
-def _metadata_scatter(extents, size, userblock, page_size, pages_read=None) -> dict:
+def _metadata_scatter(extents, size, userblock, page_size, pages_read: tuple[int, int] | None = None) -> dict:
     """Where the non-raw-data bytes (metadata and free space) lie.
 
     ``regions``: separate runs between raw-data extents, i.e. roughly how many
     requests a reader needs to see all metadata. ``pages``: how many
     ``page_size``-aligned blocks contain some of it (what a page-aligned block
     cache would fetch). ``metadata_pages``: how many page-sized ranged GETs
-    fetch all the metadata. For a paged file that is ``pages_read``, the pages
-    HDF5's own page buffer read while every object header, attribute and
-    chunk index was read (``pages`` would also count the unused tails of
-    raw-data pages); for an unpaged file it is ``pages``.
+    fetch all the metadata. For a paged file, ``pages_read`` is what HDF5's
+    own page buffer read while every object header, attribute and chunk index
+    was read: (metadata pages, raw-data pages holding variable-length
+    attribute values); ``pages`` would also count the unused tails of
+    raw-data pages. For an unpaged file ``metadata_pages`` is ``pages``.
     """
     extents = sorted((o, s) for o, s in extents if s > 0)
     gaps = []
@@ -289,8 +293,9 @@ def _metadata_scatter(extents, size, userblock, page_size, pages_read=None) -> d
         "span_fraction": round(span / size, 4) if size else 0.0,
         "assumed_page_size": int(page_size),
         "pages": len(pages),
-        "metadata_pages": int(pages_read) if pages_read is not None else len(pages),
+        "metadata_pages": int(pages_read[0]) if pages_read is not None else len(pages),
         "metadata_pages_source": "HDF5 page buffer" if pages_read is not None else "blocks holding non-raw bytes",
+        "attribute_heap_pages": int(pages_read[1]) if pages_read is not None else None,
     }
 
 

@@ -28,8 +28,11 @@ RULES = (
      "layoutlab repack IN OUT --page-size P (h5repack -S PAGE -P 1 -G P)"),
     ("scattered-metadata", "--max-metadata-requests 4",
      "a reader with a page-sized block cache or HDF5's page buffer fetches every page holding metadata "
-     "before it reads a value, and a small GET waits tens of ms (AWS's S3 performance guide): 4 keeps "
-     "opening a file to a fraction of a second; 4 pages of 8 MiB hold 32 MiB of metadata",
+     "(object headers, heaps, B-trees, chunk indexes) before it reads a value, and a small GET waits "
+     "tens of ms (AWS's S3 performance guide): 4 keeps opening a file to a fraction of a second; 4 pages "
+     "of 8 MiB hold 32 MiB of metadata. Paged files: the pages HDF5's page buffer reads (variable-length "
+     "attribute values sit in raw-data pages, where paging does not gather them: shown, not counted); "
+     "unpaged files: the --page-size blocks holding non-raw bytes",
      "layoutlab repack IN OUT --page-size P (larger pages gather metadata into fewer)"),
     ("small-chunks", "--min-chunk 100KB",
      "one ranged GET per chunk, and a small GET costs its latency (tens of ms, AWS's S3 performance "
@@ -41,7 +44,7 @@ RULES = (
      "byte-range request, so a larger chunk costs more than one typical GET (and that much memory) "
      "for a single value",
      "layoutlab repack IN OUT --chunks VAR=DIMS (h5repack -l VAR:CHUNK=DIMS)"),
-    ("chunks-over-page", "the file's page size (paged files; repacking an unpaged file picks a page that holds its chunks)",
+    ("chunks-over-page", "the file's page (paged files; an unpaged file's fix picks a page holding its chunks)",
      "a chunk larger than a page bypasses HDF5's page buffer and spans pages: the page layout no longer "
      "bounds a read (Lopez et al.: keep chunks within a page)",
      "layoutlab repack IN OUT --page-size P>=largest chunk, or smaller chunks (--chunks VAR=DIMS)"),
@@ -121,8 +124,7 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
         block = _size(space["page_size"] if space["paged"] else scatter["assumed_page_size"])
         problems.append(_problem(
             "scattered-metadata",
-            "metadata scattered" + ("" if space["paged"] else f" (read through a {block} block cache)"),
-            requests, t.max_metadata_requests,
+            "metadata scattered", requests, t.max_metadata_requests,
             f"{requests} ranged GETs of {block} to read it vs at most {t.max_metadata_requests}",
             f"{repack} ({h5repack})"))
     if small:
@@ -134,9 +136,7 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
     over_page = [d for d in datasets if d["stored_max"] > page] if space["paged"] else []
     if over_page:
         biggest = max(d["stored_max"] for d in over_page)
-        pages_for = max(fix_page, _pow2_at_least(biggest))
-        fix = (f"{_repack(location, pages_for)} (h5repack -S PAGE -P 1 -G {pages_for} {_local(location)} "
-               f"{_out(location)})" if biggest <= t.max_chunk else "smaller chunks, as for large-chunks")
+        fix = f"{repack} ({h5repack})" if biggest <= t.max_chunk else "smaller chunks, as for large-chunks"
         problems.append(_problem(
             "chunks-over-page", f"chunks larger than the page in {_count(over_page)}", biggest, page,
             f"largest stored chunk {_size(biggest)} vs page {_size(page)}", fix,
@@ -247,8 +247,7 @@ def _fix_page(h: dict, t: Thresholds, small: list[dict]) -> int:
     else:
         needed.append(t.page_size or MIN_PAGE)
         needed.append(_pow2_at_least(math.ceil(2 * h["metadata_bytes_estimate"] / allowed)))
-        needed += [_pow2_at_least(d["stored_max"]) for d in h["chunked_datasets"]
-                   if d["stored_max"] <= t.max_chunk]
+    needed += [_pow2_at_least(d["stored_max"]) for d in h["chunked_datasets"] if d["stored_max"] <= t.max_chunk]
     needed += [_pow2_at_least(_grown_bytes(d, t)) for d in small]
     return max(needed)
 
@@ -263,8 +262,11 @@ def _grown_bytes(d: dict, t: Thresholds) -> int:
 def _why_ready(report: dict, t: Thresholds) -> str:
     h = report["hdf5"]
     space, datasets = h["file_space"], h["chunked_datasets"]
+    scatter = h["metadata_scatter"]
+    heap_pages = scatter.get("attribute_heap_pages")
     parts = [f"paged, {_size(space['page_size'])} pages" if space["paged"] else "not paged (allowed)",
-             f"metadata in {h['metadata_scatter']['metadata_pages']} page(s)"]
+             f"metadata in {scatter['metadata_pages']} page(s)"
+             + (f" (+{heap_pages} raw-data page(s) holding variable-length attribute values)" if heap_pages else "")]
     stored = [d["stored_median"] for d in datasets if d["stored_count"] > 1]
     if stored:
         low, high = _size(min(stored)), _size(max(stored))
