@@ -84,16 +84,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"layoutlab {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly, as Unix tools do
+        return _reader_gone()
     else:
         code = int(result or 0)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
     if argv_is_the_program and getattr(args, "exit_without_teardown", False):
         # The command has closed and flushed all it wrote: skip the interpreter's
         # teardown of numpy and h5py (~15 ms) when running as the program (never when
         # main() is called with arguments, as tests do).
-        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _reader_gone() -> int:
+    """Exit status 141 (SIGPIPE's), with stdout pointed at /dev/null so the interpreter's final flush
+    of what is still buffered does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":
