@@ -87,6 +87,7 @@ class FileAllocations:
         self.raw: list[int] = []  # sizes of raw-data allocations in the copy
         self.metadata_regions = 0  # separate runs of metadata (non raw-data bytes) in the file now
         self.userblock = 0
+        self.global_heap_bytes = 0  # what h5stat -S leaves unaccounted, counted as global heap collections
         self.page_size_now: int | None = None  # the file's page size when it is paged already
 
     @property
@@ -228,7 +229,9 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
     # raw data.
     accounted = sum(o.accounted for o in objects.values()) + sum(n for _, n in extents)
     unaccounted = max(0, size - accounted - free - userblock)
-    raw.extend([GLOBAL_HEAP_COLLECTION] * (unaccounted // GLOBAL_HEAP_COLLECTION))
+    collections = [GLOBAL_HEAP_COLLECTION] * (unaccounted // GLOBAL_HEAP_COLLECTION)
+    raw.extend(collections)
+    allocations.global_heap_bytes = sum(collections)
     metadata.extend(FILE_SPACE_BOOKKEEPING)
     allocations.metadata_regions = _metadata_regions(extents, size, userblock, allocations.page_size_now)
     return allocations
@@ -476,6 +479,33 @@ def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *,
     return PageChoice(None, f"no page size meets the {budget:.0%} budget (the smallest overhead is "
                             f"{smallest.overhead:+.1%}, with {_label(smallest.page_size)} pages)",
                       budget, size, None, predictions)
+
+
+def compare_with_repack(path, page_sizes, scratch_dir, target_chunk_bytes: int | None = None) -> list[dict]:
+    """The model against the repack: ``path`` repacked at each page size (into ``scratch_dir``, then
+    removed) beside its prediction. One row per page size: ``predicted_bytes``, ``actual_bytes``,
+    ``error_bytes`` (predicted - actual), the two overheads, and what the tolerance is made of
+    (``metadata_bytes``, ``global_heap_bytes``: the estimated part; the raw data is packed exactly)."""
+    from pathlib import Path
+
+    from layoutlab.convert.repack import repack
+
+    allocations = file_allocations(path, target_chunk_bytes)
+    rows = []
+    for page in page_sizes:
+        predicted = predict(allocations, page)
+        out = Path(scratch_dir) / f".page-budget-{os.getpid()}-{page}.h5"
+        try:
+            actual = repack(path, out, page_size=page, target_chunk_bytes=target_chunk_bytes).output_bytes
+        finally:
+            out.unlink(missing_ok=True)
+        rows.append({"file": str(path), "input_bytes": allocations.size_bytes, "page_size": page,
+                     "predicted_bytes": predicted.output_bytes, "actual_bytes": actual,
+                     "error_bytes": predicted.output_bytes - actual,
+                     "predicted_overhead": predicted.overhead, "actual_overhead": actual / allocations.size_bytes - 1,
+                     "metadata_bytes": allocations.metadata_bytes,
+                     "global_heap_bytes": allocations.global_heap_bytes})
+    return rows
 
 
 def readable_allocations(path, target_chunk_bytes: int | None = None) -> FileAllocations:
