@@ -352,7 +352,7 @@ def test_check_report_fix_pages_hold_the_metadata_in_half_the_allowed_requests()
     report = {"location": "granule.h5", "format": "hdf5", "size_bytes": 100_000_000, "hdf5": {
         "file_space": {"strategy": "FSM_AGGR", "paged": False, "page_size": None},
         "metadata_scatter": {"metadata_pages": 3, "assumed_page_size": 8 * MiB},
-        "metadata_bytes_estimate": 10_000_000, "chunked_datasets": [],
+        "metadata_bytes_estimate": 10_000_000, "raw_data_bytes": 90_000_000, "chunked_datasets": [],
         "unlimited_datasets": {"with_data": 0, "with_data_names": []},
         "compact_datasets": {"count": 0, "names": []}}}
     (problem,) = check_report(report, Thresholds())
@@ -376,3 +376,28 @@ def test_a_paged_file_whose_metadata_spans_many_pages_gets_larger_pages(tmp_path
     fixed = run_fix(problem, tmp_path)
     done = check(fixed)
     assert done.returncode == 0, done.stdout
+
+
+def test_the_proposed_page_pads_the_file_less_than_the_obvious_choices(tmp_path):
+    """Chunks of 150,000 bytes: a 256 KiB page holds one (41 % of it empty), an 8 MiB page on a 15 MB
+    file leaves most of its metadata page and last raw page empty. The check's page must pad less
+    than both, and its estimate must be the size repack then writes, within 2 points."""
+    path = tmp_path / "grid.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=RNG.random((100, 37_500)).astype("f4"), chunks=(1, 37_500))
+    code, (result,) = check_json(path)
+    fix = {p["rule"]: p for p in result["problems"]}["not-paged"]["fix"]
+    proposed = re.search(r"--page-size (\S+)", fix).group(1)
+    estimate = float(re.search(r"estimated size ([+-]\d+)%", fix).group(1)) / 100
+    size = path.stat().st_size
+
+    def overhead(page):
+        out = tmp_path / f"grid-{page}.h5"
+        done = layoutlab("repack", path, out, "--page-size", page, "--no-verify")
+        assert done.returncode == 0, done.stderr
+        return out.stat().st_size / size - 1
+
+    chosen = overhead(proposed)
+    assert proposed not in ("256KiB", "8MiB")
+    assert chosen < overhead("256KiB") and chosen < overhead("8MiB")
+    assert abs(chosen - estimate) <= 0.02, (proposed, chosen, estimate)
