@@ -60,8 +60,9 @@ def register(subparsers) -> None:
         "--page-size",
         default=None,
         help="block size an unpaged file's metadata scatter is counted in (what a block-cache reader fetches; "
-             "default: 8MiB); with --check also the smallest page the fixes propose (default: the smallest "
-             "power of two from 4KiB that holds the metadata in half the allowed GETs and every chunk)",
+             "default: 8MiB); with --check also the smallest page the fixes consider (default: 4KiB). A fix's "
+             "page is the power of two that pads the file least among those that hold the metadata in half "
+             "the allowed GETs and every chunk; its estimated size change is printed with it",
     )
     check = parser.add_argument_group("cloud-readiness check")
     check.add_argument("--check", action="store_true", help="pass/fail each FILE against the rules below")

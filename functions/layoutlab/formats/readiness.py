@@ -25,7 +25,8 @@ RULES = (
     ("not-paged", "file-space strategy PAGE",
      "without paged aggregation HDF5 writes metadata wherever space was free: opening the file costs "
      "one small read per object header, B-tree node and heap",
-     "layoutlab repack IN OUT --page-size P (h5repack -S PAGE -P 1 -G P)"),
+     "layoutlab repack IN OUT --page-size P (h5repack -S PAGE -P 1 -G P); P: the power of two that "
+     "passes the other rules and pads the file least, its estimated size change shown"),
     ("scattered-metadata", "--max-metadata-requests 4",
      "a reader with a page-sized block cache or HDF5's page buffer fetches every page holding metadata "
      "(object headers, heaps, B-trees, chunk indexes) before it reads a value, and a small GET waits "
@@ -45,8 +46,8 @@ RULES = (
      "for a single value",
      "layoutlab repack IN OUT --chunks VAR=DIMS (h5repack -l VAR:CHUNK=DIMS)"),
     ("chunks-over-page", "the file's page (paged files; an unpaged file's fix picks a page holding its chunks)",
-     "a chunk larger than a page bypasses HDF5's page buffer and spans pages: the page layout no longer "
-     "bounds a read (Lopez et al.: keep chunks within a page)",
+     "a chunk larger than a page bypasses HDF5's page buffer (its 'bypasses' count) and spans pages: "
+     "the page no longer bounds a read",
      "layoutlab repack IN OUT --page-size P>=largest chunk, or smaller chunks (--chunks VAR=DIMS)"),
     ("unlimited", "none (zero-length datasets exempt)",
      "an unlimited dimension gives its datasets an extensible chunk index (an extensible array or "
