@@ -15,10 +15,13 @@ from the file itself with h5py's low-level API, as ``h5stat -S`` counts them: ea
 header, group and attribute B-trees and heaps, chunk indexes (``H5Oget_native_info``), raw data
 of contiguous and COMPACT datasets (COMPACT ones become CONTIGUOUS in the copy), every stored
 chunk's size (``chunk_iter``), and what is left (global heaps). They are then packed into pages
-as HDF5 packs them. A dataset the repack makes anew (COMPACT, unlimited, rechunked) gets the
-index HDF5's latest format gives a fixed-size chunked dataset (a fixed array: an address, and
+as HDF5 packs them. What the repack makes anew is counted as it makes it (the 1.10 format): a
+dataset made anew (COMPACT, unlimited, rechunked) gets a fixed-array chunk index (an address, and
 for filtered chunks a size and a filter mask, per chunk) instead of its old one (a version-1
-B-tree of full-size nodes, in files written with the earliest format).
+B-tree of full-size nodes, in files written with the earliest format); a group it makes anew (the
+root, and the groups on the way to such datasets) keeps its links in its header or in a fractal
+heap rather than in a symbol table. The rest is copied as it is (H5Ocopy), less the free space
+the writer left in object headers.
 
 ``choose_page_size`` picks the largest power of two (fewer, larger pages: the metadata in as few
 pages as possible, what a reader fetches to open the file) whose predicted overhead (copy size /
@@ -61,9 +64,11 @@ V2_NAME_RECORD_BYTES = 11
 # Superblock (version 2/3: 48 bytes), its extension (file-space info, ~156 bytes) and the persisted
 # free-space managers' headers (h5stat -S "Free-space managers: Header": 2,592 bytes on the samples).
 FILE_SPACE_BOOKKEEPING = (48, 160, 2600)
-# Free space tracked while packing, at most (HDF5 tracks all of it; beyond this many sections the
-# smallest are let go, which keeps a file of a million chunks to seconds and changes no figure measured).
-MAX_FREE_SECTIONS = 1024
+# Free space tracked while packing, at most: HDF5 tracks all of it, and so does the packing up to
+# this many sections (the most any file measured needed: 14,157, the ATL03-like 930 MB); beyond,
+# the smallest are let go, which bounds the time on files of a million small chunks. (A bound of
+# 1,024 made the 930 MB granule's prediction 8 MB too large at 64 KiB pages; exact without it.)
+MAX_FREE_SECTIONS = 200_000
 # Per section the persisted free-space managers track (a serialized section: address, size, type).
 FREE_SECTION_BYTES = 16
 # A fixed-array chunk index (HDF5's latest format for fixed-size chunked datasets): its header and
@@ -107,7 +112,8 @@ class PagePrediction(namedtuple("PagePrediction", "page_size output_bytes overhe
 
 
 class PageChoice:
-    """``page_size`` to use (None: skip paging), why, and what was predicted for every size tried."""
+    """``page_size`` to use (None: skip paging), why, and what was predicted for every size tried
+    (from the largest down to the one chosen, or all of them when paging is skipped)."""
 
     def __init__(self, page_size: int | None, reason: str, budget: float, input_bytes: int,
                  predicted_overhead: float | None = None, predictions: list[PagePrediction] | None = None):
@@ -455,8 +461,12 @@ def choose_page_size(path: str | os.PathLike, budget: float = DEFAULT_BUDGET, *,
     if size <= ONE_REQUEST_BYTES:
         return PageChoice(None, f"the file ({_mb(size)}) is read whole by one request of "
                                 f"{ONE_REQUEST_BYTES // MiB} MiB; pages cannot save a request", budget, size)
-    predictions = [predict(allocations, page) for page in candidate_page_sizes(min_page, max_page)]
     regions = allocations.metadata_regions
+    predictions = []
+    for page in candidate_page_sizes(min_page, max_page):  # largest first: stop at the first that does
+        predictions.append(predict(allocations, page))
+        if predictions[-1].overhead <= budget and predictions[-1].metadata_pages < regions:
+            break
     within = [p for p in predictions if p.overhead <= budget]
     helping = [p for p in within if p.metadata_pages < regions]
     if helping:
