@@ -419,8 +419,10 @@ def format_report(report: dict) -> str:
             f"{counts['attributes']} attributes, {counts['named_datatypes']} named types",
             f"  layouts         " + ", ".join(f"{k} {v}" for k, v in sorted(h["layouts"].items())),
             f"  metadata        ~{_human(h['metadata_bytes_estimate'])} (with free space) in {scatter['regions']} regions "
-            f"over {scatter['span_fraction']:.0%} of the file, {scatter['pages']} page(s) of "
-            f"{_human(scatter['assumed_page_size'])}",
+            f"over {scatter['span_fraction']:.0%} of the file, read in {scatter['metadata_pages']} page(s) of "
+            f"{_human(scatter['assumed_page_size'])}"
+            + (f" (HDF5's page buffer; +{scatter['attribute_heap_pages']} raw page(s) of variable-length "
+               "attribute values)" if space["paged"] and scatter.get("attribute_heap_pages") else ""),
         ]
         chunks = h["chunks"]
         if chunks["count"]:
