@@ -147,10 +147,6 @@ def test_a_huge_maximum_size_is_not_allocated(tmp_path, engine, maxshape):
     same_h5dump(src, out)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 15: --target-chunk-bytes remakes /x with its maximum size kept: the new chunk index "
-                          "(a fixed array over every chunk the maximum size holds) makes OUT 80 MB for 100 values "
-                          "(80,216,064 bytes here; 80 GB for the issue's maximum 1e11)")
 def test_a_huge_maximum_size_is_not_allocated_when_rechunked(tmp_path):
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     with h5py.File(src, "w") as f:
@@ -161,11 +157,6 @@ def test_a_huge_maximum_size_is_not_allocated_when_rechunked(tmp_path):
     same_h5dump(src, out)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 15: the netCDF-4.0 file is not taken for NetCDF-4 (formats/sniff.is_netcdf4 looks "
-                          "only for _NCProperties/_Netcdf4Dimid), so the zero-length /time scale is 'kept unlimited "
-                          "(zero length)'; ncdump -h of OUT: 'time = UNLIMITED ; // (2 currently)'; inspect: "
-                          "'1 datasets have unlimited dimensions'")
 def test_a_netcdf40_unlimited_dimension_is_fixed_and_inspect_no_longer_flags_it(tmp_path, engine):
     """A netCDF-4.0-era file (no _NCProperties, no _Netcdf4Dimid; the dimension scale of the
     UNLIMITED dimension stays at length 0 while its variables hold 2 records) kept its UNLIMITED
@@ -410,11 +401,7 @@ def _stored_chunks(path) -> dict:
 
 @pytest.mark.parametrize("maxshape", [
     (8, 4),
-    pytest.param((h5py.h5s.UNLIMITED, 4), marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="issue 15: an unlimited dataset whose filter plugin is absent is refused (h5repack copies it): "
-               "'HDF5 failed to copy it: ValueError: Unable to synchronously create dataset (required filter 32004 "
-               "is not registered)': it is made anew to fix its size, and H5Dcreate needs the filter")),
+    (h5py.h5s.UNLIMITED, 4),
 ], ids=["fixed", "unlimited"])
 def test_chunks_whose_filter_plugin_is_absent_are_copied_as_stored(tmp_path, engine, no_plugins, maxshape):
     """lz4 / bitshuffle chunks without their plugin: the raw copy was byte-identical, but --verify
@@ -428,11 +415,6 @@ def test_chunks_whose_filter_plugin_is_absent_are_copied_as_stored(tmp_path, eng
     assert "FILTER_ID 32004" in properties and "COMMENT lz4" in properties
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 15: --verify's error names neither the filter nor its plugin: 'HDF5 failed to verify "
-                          "the copy against it: OSError: Can't synchronously read data (can't find plugin. Check "
-                          "either HDF5_VOL_CONNECTOR, HDF5_PLUGIN_PATH, default location, or path set by H5PLxxx "
-                          "functions)'")
 def test_verify_names_a_missing_filter_plugin(tmp_path, no_plugins):
     """Where --verify must decode (the chunk shapes differ), a missing plugin is named as such, not
     blamed on the input."""

@@ -1284,6 +1284,18 @@ static int dataset_must_change(job_t *job, hid_t dset, const char *path, object_
         }
         for (int i = 0; i < rank; i++) result |= maxdims[i] == H5S_UNLIMITED;
     }
+    if (result == 1) {
+        /* H5Dcreate needs every mandatory filter: without its plugin the dataset cannot be made anew */
+        int filters = h5.Pget_nfilters(dcpl);
+        for (int i = 0; i < filters; i++) {
+            size_t none = 0;
+            int id = h5.Pget_filter2(dcpl, (unsigned)i, NULL, &none, NULL, 0, NULL, NULL);
+            if (id < 0 || h5.Zfilter_avail(id) <= 0) {
+                result = DECLINE("%s: its filter %d is not installed here", path, id);
+                goto done;
+            }
+        }
+    }
     if (result == 0) {
         hsize_t chunks = 0;
         entry->bytes = h5.Dget_storage_size(dset);
@@ -1453,6 +1465,28 @@ static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char
     return result;
 }
 
+/* The NAME netCDF-4 gives a dimension scale that is not also a variable ("This is a netCDF dimension
+ * but not a netCDF variable" and its length): netCDF-4.0 files carry no other marker (sniff.py's
+ * NETCDF_DIMENSION_NAME). */
+static int netcdf_dimension_name(hid_t object) {
+    static const char prefix[] = "This is a netCDF dimension but not a netCDF variable";
+    if (h5.Aexists(object, "NAME") <= 0) return 0;
+    hid_t attr = h5.Aopen(object, "NAME", H5P_DEFAULT);
+    hid_t type = attr < 0 ? -1 : h5.Aget_type(attr), space = type < 0 ? -1 : h5.Aget_space(attr);
+    int yes = 0;
+    if (space >= 0 && h5.Tget_class(type) == H5T_STRING && h5.Tis_variable_str(type) == 0 &&
+        h5.Sget_simple_extent_type(space) == H5S_SCALAR) {
+        size_t size = h5.Tget_size(type);
+        char *text = calloc(size + 1, 1);
+        if (text && h5.Aread(attr, type, text) >= 0) yes = strncmp(text, prefix, sizeof prefix - 1) == 0;
+        free(text);
+    }
+    if (space >= 0) h5.Sclose(space);
+    if (type >= 0) h5.Tclose(type);
+    if (attr >= 0) h5.Aclose(attr);
+    return yes;
+}
+
 /* NetCDF-4's markers: _NCProperties on the root group, or the netCDF attributes on a root dataset
  * (the test of is_netcdf4 in formats/sniff.py). */
 static int netcdf4_markers(job_t *job, hid_t root) {
@@ -1465,7 +1499,8 @@ static int netcdf4_markers(job_t *job, hid_t root) {
             hid_t object = h5.Oopen(root, list.items[i].name, H5P_DEFAULT);
             if (object < 0) continue;
             if (h5.Iget_type(object) == H5I_DATASET)
-                found = h5.Aexists(object, "_Netcdf4Dimid") > 0 || h5.Aexists(object, "_Netcdf4Coordinates") > 0;
+                found = h5.Aexists(object, "_Netcdf4Dimid") > 0 || h5.Aexists(object, "_Netcdf4Coordinates") > 0 ||
+                        netcdf_dimension_name(object);
             h5.Oclose(object);
         }
     }

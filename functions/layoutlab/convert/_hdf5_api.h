@@ -187,7 +187,11 @@ typedef herr_t (*link_iter_op)(hid_t group, const char *name, const H5L_info2_t 
     X(herr_t, Pset_copy_object, (hid_t plist, unsigned flags))                                                   \
     X(herr_t, Ocopy, (hid_t src_loc, const char *src_name, hid_t dst_loc, const char *dst_name, hid_t ocpypl,   \
                       hid_t lcpl))                                                                               \
-    X(herr_t, Dget_num_chunks, (hid_t dset, hid_t fspace, hsize_t *nchunks))
+    X(herr_t, Dget_num_chunks, (hid_t dset, hid_t fspace, hsize_t *nchunks))                                   \
+    X(int, Pget_nfilters, (hid_t plist))                                                                         \
+    X(int, Pget_filter2, (hid_t plist, unsigned idx, unsigned *flags, size_t *cd_nelmts, unsigned *cd_values,    \
+                          size_t namelen, char *name, unsigned *filter_config))                                  \
+    X(htri_t, Zfilter_avail, (int id))
 
 #define HDF5_DECLARE_SLOT(ret, name, params) ret(*name) params;
 struct hdf5_api {

@@ -431,6 +431,13 @@ class _Repacker:
         if layout == h5py.h5d.CHUNKED:
             new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
             if new_chunks != src_chunks:
+                if any(m is not None and m > n for m, n in zip(new_maxshape, new_shape)):
+                    # Made anew with its maximum size, HDF5 would index every chunk that maximum can hold
+                    # (a 100-value dataset that may grow to 1e11 values: an 80 GB file): fixed at its size.
+                    self.summary.notes.append(f"{path}: fixed at its current size {tuple(new_shape)} "
+                                              f"(its maximum size {tuple(new_maxshape)} is not kept when rechunked)")
+                    new_maxshape = tuple(new_shape)
+                    new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
                 dcpl.set_chunk(new_chunks)
                 changed = True
                 if math.prod(shape):
@@ -441,6 +448,17 @@ class _Repacker:
             self.summary.rechunked[path] = {"from": None, "to": list(new_chunks)}
             changed = True
         if not changed:
+            return None
+        if new_chunks == src_chunks and _missing_filters(src):
+            # H5Dcreate needs every mandatory filter of the creation properties: without its plugin the
+            # dataset cannot be made anew (h5repack copies it as it is too). Its stored chunks are copied.
+            for done in (self.summary.unlimited_fixed, self.summary.compact_to_contiguous):
+                if path in done:
+                    done.remove(path)
+            if any(m is None for m in maxshape) and path not in self.summary.unlimited_kept:
+                self.summary.unlimited_kept.append(path)
+            self.summary.notes.append(f"{path}: kept as it is (its filter {', '.join(_missing_filters(src))} is not "
+                                      "installed here, and a dataset cannot be made anew without it)")
             return None
         if h5py.h5o.get_info(src.id).rc > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
@@ -950,7 +968,15 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
                 continue
             _compare_attrs(obj_a, obj_b, problems)
             if isinstance(obj_a, h5py.Dataset):
-                _compare_dataset(obj_a, obj_b, problems, block_bytes)
+                try:
+                    _compare_dataset(obj_a, obj_b, problems, block_bytes)
+                except OSError:
+                    missing = _missing_filters(obj_a)
+                    if not missing:
+                        raise
+                    raise UserError(f"{a_path}: --verify cannot decode /{name}: its filter {', '.join(missing)} is not "
+                                    "installed here (a missing plugin: set HDF5_PLUGIN_PATH or pip install hdf5plugin, "
+                                    "or skip the check with --no-verify); the copy was not checked") from None
         extra = []
         b.visit(extra.append)
         missing_in_a = set(extra) - set(seen)
@@ -958,6 +984,17 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
             problems.append(f"/{name}: present in the copy only")
     _PATHS.clear()
     return problems
+
+
+def _missing_filters(dataset: h5py.Dataset) -> list[str]:
+    """The dataset's filters whose plugin this HDF5 cannot load, as "32004 (lz4)"."""
+    dcpl = dataset.id.get_create_plist()
+    missing = []
+    for index in range(dcpl.get_nfilters()):
+        code, _, _, name = dcpl.get_filter(index)
+        if not h5py.h5z.filter_avail(code):
+            missing.append(f"{code} ({name.decode(errors='replace') or 'unnamed'})")
+    return missing
 
 
 def _compare_attrs(a, b, problems):

@@ -94,6 +94,11 @@ def _hdf5_file_is_netcdf4(path: Path) -> bool:
         return False
 
 
+# What netCDF-4 writes as the NAME of a dimension scale that is not also a variable (netCDF-4.0 files
+# carry no _NCProperties and often no _Netcdf4Dimid: this is their only marker).
+NETCDF_DIMENSION_NAME = b"This is a netCDF dimension but not a netCDF variable"
+
+
 def is_netcdf4(f) -> bool:
     """An open ``h5py.File`` written as NetCDF-4: the netCDF markers in the root group or its datasets."""
     import h5py
@@ -106,7 +111,14 @@ def is_netcdf4(f) -> bool:
             attrs = f[name].attrs
             if "_Netcdf4Dimid" in attrs or "_Netcdf4Coordinates" in attrs:
                 return True
+            label = attrs.get("NAME") if "NAME" in attrs else None
+            if isinstance(label, (bytes, str)) and _as_bytes(label).startswith(NETCDF_DIMENSION_NAME):
+                return True
     return False
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
 
 
 def describe_not_hdf5(head: bytes, size: int | None = None) -> str:
