@@ -20,7 +20,9 @@ from pathlib import Path
 from layoutlab.errors import UserError
 
 DEFAULT_GEOS_SHAPE = "240,91,144"
-DEFAULT_PHOTONS = 200_000
+# 400,000 photons a beam: a ~57 MB granule, past s3fs's 50 MiB default block, where Lopez et al.'s
+# effect (original + default reader vs paged + aligned reader) shows (docs/benchmarks.md)
+DEFAULT_PHOTONS = 400_000
 
 
 def register(subparsers) -> None:
