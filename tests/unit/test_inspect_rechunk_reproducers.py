@@ -51,11 +51,7 @@ WRITERS = {
 @pytest.mark.parametrize("kind", [
     "netcdf4-groups",
     "netcdf-4.0",
-    pytest.param("netcdf-4.0-variables-fixed", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="issue 15: inspect reports time=0 where ncdump -h says 2: formats/inspect._unlimited_dimension_lengths "
-               "reads only extensible variables, and here (what repack now writes from a netCDF-4.0 file) the "
-               "variables are fixed at 2 records while the /time scale stays UNLIMITED at length 0")),
+    "netcdf-4.0-variables-fixed",
 ])
 def test_inspect_reports_unlimited_lengths_as_ncdump_does(tmp_path, kind):
     """inspect reported 0 for 13 of 24 unlimited dimensions in 10 files (`time=0` where ncdump says 2)."""

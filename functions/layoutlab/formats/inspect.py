@@ -107,7 +107,7 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
     layouts = Counter()
     filters = Counter()
     compact, unlimited, netcdf_unlimited_dims = [], [], []
-    unlimited_shapes = []  # (dataset, maxshape) of every extensible dataset: who may use an unlimited dimension
+    dimensioned = []  # datasets with a DIMENSION_LIST: who may use an unlimited dimension
     unlimited_with_data = []  # extensible datasets holding data (a zero-length one has no chunk to read or fix)
     chunked = []  # (path, shape, chunk shape, itemsize, first, end): its chunks are chunk_sizes[first:end]
     extents: list[tuple[int, int]] = []  # (offset, size) of raw data in the file
@@ -147,9 +147,10 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
         if "_Netcdf4Dimid" in attrs or "_Netcdf4Coordinates" in attrs:
             netcdf4_markers = True
         maxshape = obj.maxshape
+        if "DIMENSION_LIST" in attrs:
+            dimensioned.append(obj)
         if maxshape and any(m is None for m in maxshape):
             unlimited.append(path)
-            unlimited_shapes.append((obj, maxshape))
             if obj.size:
                 unlimited_with_data.append(path)
             if attrs.get("CLASS") == b"DIMENSION_SCALE":
@@ -171,7 +172,7 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
             chunked.append((path, obj.shape, obj.chunks, obj.dtype.itemsize, first, len(chunk_sizes)))
 
     f.visititems(visit)
-    _unlimited_dimension_lengths(f, netcdf_unlimited_dims, unlimited_shapes)
+    _unlimited_dimension_lengths(f, netcdf_unlimited_dims, dimensioned)
     raw_bytes = int(sum(s for _, s in extents))
     chunk_sizes_arr = np.asarray(chunk_sizes, dtype="i8")
     layout_page = page_size or assumed_page_size
@@ -231,15 +232,15 @@ def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
     it, its dataset stays at length 0 while the variables that use it grow. The
     netCDF library (``ncdump -h``: ``time = UNLIMITED ; // (2 currently)``) takes
     the longest extent along that dimension among the variables that use it, so
-    this does the same: it follows each extensible dataset's ``DIMENSION_LIST``
-    (the references HDF5's dimension-scale API keeps) to the scales of its
-    unlimited axes. A variable that uses an unlimited dimension is itself
-    extensible along that axis, so only extensible datasets are read.
+    this does the same: it follows each dataset's ``DIMENSION_LIST`` (the
+    references HDF5's dimension-scale API keeps) to the scales of unlimited
+    dimensions. Every such dataset is read, extensible or not: a variable fixed
+    at its length by a repack may still be attached to an UNLIMITED scale.
     """
     import h5py
 
     by_addr = {d["_addr"]: d for d in dims}
-    for obj, maxshape in datasets if by_addr else ():
+    for obj in datasets if by_addr else ():
         try:
             dimension_list = obj.attrs["DIMENSION_LIST"] if "DIMENSION_LIST" in obj.attrs else None
         except (OSError, TypeError, ValueError, KeyError):  # unreadable attribute: the scale's own length stands
@@ -247,8 +248,6 @@ def _unlimited_dimension_lengths(f, dims: list[dict], datasets) -> None:
         if dimension_list is None or len(dimension_list) != len(obj.shape):
             continue
         for axis, refs in enumerate(dimension_list):
-            if maxshape[axis] is not None:
-                continue
             for ref in np.atleast_1d(refs):
                 try:
                     addr = h5py.h5o.get_info(h5py.h5r.dereference(ref, f.id)).addr
