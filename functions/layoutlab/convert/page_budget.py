@@ -183,6 +183,8 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
     """
     import h5py
 
+    from layoutlab.convert.repack_hdf5 import ancestor_groups
+
     size = os.path.getsize(path)
     allocations = FileAllocations(str(path), size)
     metadata, raw = allocations.metadata, allocations.raw
@@ -221,7 +223,7 @@ def file_allocations(path: str | os.PathLike, target_chunk_bytes: int | None = N
                 metadata.append(obj.header)
         # Groups: "/" is always made anew, and, when nothing is linked twice, so are the groups on the
         # way to a dataset made anew (the repack walks them); the others are copied as they are.
-        walked = {"/"} | (set() if shared[0] else _ancestors(remade))
+        walked = {"/"} | (set() if shared[0] else ancestor_groups(remade))
         for obj in (o for o in objects.values() if o.kind == h5py.h5o.TYPE_GROUP):
             if obj.path in walked and (obj.index or obj.heap):  # a symbol table, made anew in the new style
                 metadata.extend(_new_style_group(f[obj.path], obj.header))
@@ -258,19 +260,6 @@ class _ObjectSizes(namedtuple("_ObjectSizes", "path kind header accounted index 
                      attr_index=int(meta.attr.index_size), attr_heap=int(meta.attr.heap_size))
         return cls(path=path, kind=int(info.type), header=int(space.total - space.free),
                    accounted=int(space.total) + sum(sizes.values()), **sizes)
-
-
-def _ancestors(paths: set[str]) -> set[str]:
-    """The groups holding (at any depth) one of ``paths``."""
-    groups: set[str] = set()
-    for path in paths:
-        parent = path.rsplit("/", 1)[0] or "/"
-        while parent not in groups:
-            groups.add(parent)
-            if parent == "/":
-                break
-            parent = parent.rsplit("/", 1)[0] or "/"
-    return groups
 
 
 def _new_style_group(group, header: int) -> list[int]:

@@ -262,7 +262,7 @@ class _Repacker:
         # subtrees where nothing changes) and those datasets are made once, directly from the source.
         # Otherwise (or when nothing changes) one H5Ocopy of the whole tree, then those datasets made
         # anew over their copies (their data copied twice).
-        ancestors = self._ancestors(plans)
+        ancestors = ancestor_groups(plans)
         if plans and not shared[0] and self._walkable(ancestors):
             self._copy_walking(plans, ancestors)
         else:
@@ -289,19 +289,6 @@ class _Repacker:
                            name.encode("utf-8", "surrogateescape"))
         self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist(), "/")
         self.dst.id.unlink(TMP_ROOT)
-
-    @staticmethod
-    def _ancestors(plans) -> set[str]:
-        """Paths of the groups holding (at any depth) a dataset to be made anew, "/" included."""
-        groups: set[str] = set()
-        for path in plans:
-            parent = path.rsplit("/", 1)[0] or "/"
-            while parent not in groups:
-                groups.add(parent)
-                if parent == "/":
-                    break
-                parent = parent.rsplit("/", 1)[0] or "/"
-        return groups
 
     def _walkable(self, ancestors) -> bool:
         """The groups to walk hold only hard, soft and external links (a user-defined link is copied
@@ -759,6 +746,20 @@ def _read_spans(located, max_gap=None, max_span=None):
         end = max(end, address + size) if len(run) > 1 else address + size
     if run:
         yield start, end, run
+
+
+def ancestor_groups(paths) -> set[str]:
+    """Paths of the groups holding (at any depth) one of ``paths``, "/" included: the groups the
+    repack walks and makes anew around the datasets it makes anew (page_budget predicts the same)."""
+    groups: set[str] = set()
+    for path in paths:
+        parent = path.rsplit("/", 1)[0] or "/"
+        while parent not in groups:
+            groups.add(parent)
+            if parent == "/":
+                break
+            parent = parent.rsplit("/", 1)[0] or "/"
+    return groups
 
 
 def _copy_plist():
