@@ -4,9 +4,12 @@ A GEOS-like NetCDF-4 grid (``layoutlab.samples.geos``, ``--shape`` time,lat,lon)
 
   zarr-<chunks>             native Zarr v3 (layoutlab rechunk), Nguyen's balanced chunks (~4 MiB), no shards
   zarr-sharded-<inner>      Zarr v3 with shards the size of those chunks, each split into inner chunks
-                            (``--shard-split``, default 8,2,2 along time,lat,lon); read by zarr-obstore with
-                            zarr's shard coalescing on (its defaults: 1 MiB gap, 16 MiB cap) and off
-                            (zarr-obstore-nocoalesce: one GET per inner chunk)
+                            (``--shard-split``, repeatable; default 8,2,2 and 32,2,2: a point's time series
+                            needs 8 or 32 inner chunks of each shard, a quarter of them); read by
+                            zarr-obstore with zarr's shard coalescing on (its defaults: 1 MiB gap, 16 MiB
+                            cap) and off (zarr-obstore-nocoalesce: one GET per inner chunk). (A split along
+                            time only would make a point need every inner chunk: zarr then reads the whole
+                            shard in one GET either way.)
   icechunk-<chunks>         native Icechunk, the balanced chunks, no shards
   kerchunk-original         kerchunk references over the NetCDF-4 itself (no chunk copied)
 
@@ -63,16 +66,22 @@ def parse_triple(text: str, what: str) -> tuple[int, int, int]:
     return tuple(int(p) for p in parts)
 
 
-def layouts(shape, split) -> dict:
-    """Native chunks (Nguyen's balanced preset, as the default plan) and the sharded layout whose
-    shards are (about) those chunks, each split ``split`` ways into inner chunks."""
+def layouts(shape, splits) -> dict:
+    """Native chunks (Nguyen's balanced preset, as the default plan) and, per split, the sharded layout
+    whose shards are (about) those chunks, each split ``split`` ways into inner chunks."""
     from layoutlab.pipeline.plan import chunk_preset
 
     native = chunk_preset("balanced", shape)
-    # a shard must hold whole inner chunks and not outgrow the array (zarr checks both)
-    inner = tuple(max(1, c // s) for c, s in zip(native, split))
-    shards = tuple(min(i * s, n) // i * i for i, s, n in zip(inner, split, shape))
-    return {"native": native, "inner": inner, "shards": shards}
+    sharded = []
+    for split in splits:
+        # a shard must hold whole inner chunks and not outgrow the array (zarr checks both)
+        inner = tuple(max(1, c // s) for c, s in zip(native, split))
+        shards = tuple(min(i * s, n) // i * i for i, s, n in zip(inner, split, shape))
+        if any(s["inner"] == inner for s in sharded):
+            continue
+        sharded.append({"split": split, "inner": inner, "shards": shards,
+                        "name": f"zarr-sharded-{'x'.join(map(str, inner))}"})
+    return {"native": native, "sharded": sharded}
 
 
 def generate_grid(path: str, shape) -> dict:
@@ -90,30 +99,27 @@ def convert(nc: Path, url_nc: str, bucket: str, cloud, s3, plan: dict) -> tuple[
     from layoutlab.convert.rechunk_zarr import rechunk
 
     label = "x".join(map(str, plan["native"]))
-    inner_label = "x".join(map(str, plan["inner"]))
     native = dict(zip(DIMS, plan["native"]))
-    inner = dict(zip(DIMS, plan["inner"]))
-    shards = dict(zip(DIMS, plan["shards"]))
-    names = {"native": f"zarr-{label}", "sharded": f"zarr-sharded-{inner_label}", "icechunk": f"icechunk-{label}",
-             "kerchunk": "kerchunk-original"}
+    names = {"native": f"zarr-{label}", "icechunk": f"icechunk-{label}", "kerchunk": "kerchunk-original"}
     urls = {names["native"]: f"s3://{bucket}/variants/{names['native']}.zarr",
-            names["sharded"]: f"s3://{bucket}/variants/{names['sharded']}.zarr",
             names["icechunk"]: f"s3://{bucket}/variants/{names['icechunk']}.icechunk",
             names["kerchunk"]: f"s3://{bucket}/variants/{nc.stem}.json"}
-    jobs = {
-        names["native"]: ("layoutlab rechunk (Zarr v3, blosc-zstd:3)", f"chunks {native}",
-                          lambda: rechunk(str(nc), urls[names["native"]], progress=False, chunks=native,
-                                          overwrite=True)),
-        names["sharded"]: ("layoutlab rechunk (Zarr v3 sharding codec, blosc-zstd:3)",
-                           f"inner chunks {inner}, shards {shards}",
-                           lambda: rechunk(str(nc), urls[names["sharded"]], progress=False, chunks=inner,
-                                           shards=shards, overwrite=True)),
-        names["icechunk"]: ("layoutlab icechunk_store.write_icechunk_native", f"chunks {native}",
-                            lambda: write_icechunk_native(str(nc), urls[names["icechunk"]], native, None)),
-        names["kerchunk"]: ("VirtualiZarr HDF parser -> kerchunk JSON (Zarr v3 keys)", "the NetCDF-4's own chunks",
-                            lambda: virtual.write_kerchunk(virtual.build_layout(str(nc), url_nc),
-                                                           urls[names["kerchunk"]], s3)),
-    }
+    jobs = {names["native"]: ("layoutlab rechunk (Zarr v3, blosc-zstd:3)", f"chunks {native}",
+                              lambda: rechunk(str(nc), urls[names["native"]], progress=False, chunks=native,
+                                              overwrite=True))}
+    for sharded in plan["sharded"]:
+        name, inner, shards = sharded["name"], dict(zip(DIMS, sharded["inner"])), dict(zip(DIMS, sharded["shards"]))
+        urls[name] = f"s3://{bucket}/variants/{name}.zarr"
+        jobs[name] = ("layoutlab rechunk (Zarr v3 sharding codec, blosc-zstd:3)",
+                      f"inner chunks {inner}, shards {shards}",
+                      lambda name=name, inner=inner, shards=shards: rechunk(str(nc), urls[name], progress=False,
+                                                                            chunks=inner, shards=shards,
+                                                                            overwrite=True))
+    jobs[names["icechunk"]] = ("layoutlab icechunk_store.write_icechunk_native", f"chunks {native}",
+                               lambda: write_icechunk_native(str(nc), urls[names["icechunk"]], native, None))
+    jobs[names["kerchunk"]] = ("VirtualiZarr HDF parser -> kerchunk JSON (Zarr v3 keys)", "the NetCDF-4's own chunks",
+                               lambda: virtual.write_kerchunk(virtual.build_layout(str(nc), url_nc),
+                                                              urls[names["kerchunk"]], s3))
     conversions = {}
     with straight_to_moto(cloud):
         for name, (how, layout, job) in jobs.items():
@@ -128,11 +134,39 @@ def convert(nc: Path, url_nc: str, bucket: str, cloud, s3, plan: dict) -> tuple[
     return urls, conversions, names
 
 
+def coalescing_entry(on: dict, off: dict, goal: bool, latency_ms: float) -> dict:
+    """Coalescing on vs off for one sharded store and pattern, and what the counts say about it."""
+    if not (on.get("ok_runs") and off.get("ok_runs")):
+        return {"speedup": None, "reason": "a case failed", "goal": goal}
+    speedup = off["median_wall_s"] / on["median_wall_s"]
+    fixed = (on["open_s"] or 0) + (on["select_s"] or 0)  # opening the store, reading lat/lon: not shard reads
+    entry = {"speedup": speedup, "on_s": on["median_wall_s"], "off_s": off["median_wall_s"],
+             "load_speedup": (off["load_s"] / on["load_s"]) if on.get("load_s") else None,
+             "on_load_s": on["load_s"], "off_load_s": off["load_s"], "on_fixed_s": fixed,
+             "bound_if_load_free": off["median_wall_s"] / fixed if fixed else None,
+             "requests_on": on["requests"], "requests_off": off["requests"],
+             "bytes_on": on["bytes_transferred"], "bytes_off": off["bytes_transferred"], "goal": goal}
+    if goal:
+        entry["met"] = speedup >= COALESCING_GOAL
+    concurrency = (on.get("reader_settings") or {}).get("concurrency") or 1
+    saved = (off["requests"] or 0) - (on["requests"] or 0)
+    entry["reason"] = (
+        f"coalescing sent {on['requests']} requests instead of {off['requests']} (load phase "
+        f"{on['requests_by_phase']} vs {off['requests_by_phase']}) and moved {on['bytes_transferred'] / 1e6:.2f} MB "
+        f"instead of {off['bytes_transferred'] / 1e6:.2f} MB; zarr keeps up to {concurrency} requests in flight, "
+        f"so the {saved} saved requests are worth ~{saved * latency_ms / 1000 / concurrency:.2f} s of "
+        f"{latency_ms:g} ms first bytes; load phase {off['load_s']:.3f} s -> {on['load_s']:.3f} s; opening the "
+        f"store and reading lat/lon take {fixed:.3f} s of the {on['median_wall_s']:.3f} s either way, so even a "
+        f"free load would make it at most {entry['bound_if_load_free'] or 0:.1f}x faster")
+    return entry
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="2160,181,288", help="time,lat,lon (default 90 days hourly, 1 deg)")
-    parser.add_argument("--shard-split", default="8,2,2",
-                        help="inner chunks per shard along time,lat,lon (shard = the native chunk)")
+    parser.add_argument("--shard-split", action="append",
+                        help="inner chunks per shard along time,lat,lon (shard = the native chunk); repeatable "
+                             "(default: 8,2,2 and 32,2,2)")
     parser.add_argument("--repeat", type=int, default=3, help="cold repetitions per case (default 3)")
     parser.add_argument("--latency-ms", type=float, default=25.0, help="first-byte latency per request")
     parser.add_argument("--bandwidth-mbps", type=float, default=720.0, help="bandwidth per request")
@@ -147,7 +181,7 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.error(f"--shape: {error}")
     try:
-        split = parse_triple(args.shard_split, "--shard-split")
+        splits = [parse_triple(text, "--shard-split") for text in (args.shard_split or ["8,2,2", "32,2,2"])]
     except ValueError as error:
         parser.error(str(error))
     if shape[1] < 2 or shape[2] < 2:
@@ -155,7 +189,7 @@ def main(argv=None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    plan = layouts(shape, split)
+    plan = layouts(shape, splits)
 
     from layoutlab.bench.runner import BENCH_BUCKET, upload_target
     from layoutlab.local.cloud import start_local_cloud
@@ -175,9 +209,10 @@ def main(argv=None) -> int:
         ensure_bucket(s3, BENCH_BUCKET)
         url_nc = upload_target(nc, cloud)
         urls, conversions, names = convert(nc, url_nc, BENCH_BUCKET, cloud, s3, plan)
-        readers = [(names["native"], "zarr-obstore"), (names["sharded"], "zarr-obstore"),
-                   (names["sharded"], "zarr-obstore-nocoalesce"), (names["icechunk"], "icechunk"),
-                   (names["kerchunk"], "kerchunk-fsspec")]
+        readers = [(names["native"], "zarr-obstore")]
+        for sharded in plan["sharded"]:
+            readers += [(sharded["name"], "zarr-obstore"), (sharded["name"], "zarr-obstore-nocoalesce")]
+        readers += [(names["icechunk"], "icechunk"), (names["kerchunk"], "kerchunk-fsspec")]
         rows = [{"key": f"{variant}|{reader}|{pattern}", "variant": variant, "reader": reader, "pattern": pattern,
                  "target": urls[variant]} for pattern in PATTERNS for variant, reader in readers]
         log(f"{len(rows)} cases x {args.repeat} cold repetitions")
@@ -191,38 +226,20 @@ def main(argv=None) -> int:
 
     # coalescing: the same sharded store and pattern, coalescing on vs off
     coalescing = {}
-    for pattern in PATTERNS:
-        on = summaries[f"{names['sharded']}|zarr-obstore|{pattern}"]
-        off = summaries[f"{names['sharded']}|zarr-obstore-nocoalesce|{pattern}"]
-        if not (on.get("ok_runs") and off.get("ok_runs")):
-            coalescing[pattern] = {"speedup": None, "reason": "a case failed"}
-            continue
-        speedup = off["median_wall_s"] / on["median_wall_s"]
-        entry = {"speedup": speedup, "on_s": on["median_wall_s"], "off_s": off["median_wall_s"],
-                 "requests_on": on["requests"], "requests_off": off["requests"],
-                 "bytes_on": on["bytes_transferred"], "bytes_off": off["bytes_transferred"],
-                 "goal": pattern in COALESCING_GOAL_PATTERNS}
-        if entry["goal"]:
-            entry["met"] = speedup >= COALESCING_GOAL
-        # why, in counts: requests saved, bytes added, and the latency the saved requests cost at the
-        # concurrency zarr used (a request saved only saves time when it would have waited its turn)
-        concurrency = (on.get("reader_settings") or {}).get("concurrency")
-        saved = (off["requests"] or 0) - (on["requests"] or 0)
-        entry["reason"] = (f"coalescing sent {on['requests']} requests instead of {off['requests']} "
-                           f"({saved} fewer, {(on['requests_by_phase'])} vs {off['requests_by_phase']}) and moved "
-                           f"{on['bytes_transferred'] / 1e6:.2f} MB instead of {off['bytes_transferred'] / 1e6:.2f} MB; "
-                           f"zarr sends up to {concurrency} requests at once, so {saved} saved requests are worth "
-                           f"~{saved * args.latency_ms / 1000 / max(1, concurrency or 1):.2f}-"
-                           f"{saved * args.latency_ms / 1000:.2f} s of latency; CPU {on['cpu_s']:.2f} s vs "
-                           f"{off['cpu_s']:.2f} s")
-        coalescing[pattern] = entry
-    goal_entries = [coalescing[p] for p in COALESCING_GOAL_PATTERNS if coalescing[p].get("speedup") is not None]
+    for sharded in plan["sharded"]:
+        name = sharded["name"]
+        coalescing[name] = {pattern: coalescing_entry(summaries[f"{name}|zarr-obstore|{pattern}"],
+                                                      summaries[f"{name}|zarr-obstore-nocoalesce|{pattern}"],
+                                                      pattern in COALESCING_GOAL_PATTERNS, args.latency_ms)
+                            for pattern in PATTERNS}
+    goal_entries = [entry for by_pattern in coalescing.values() for entry in by_pattern.values()
+                    if entry["goal"] and entry.get("speedup") is not None]
     values_ok = all(s.get("values_ok") for s in summaries.values())
 
     load_after = os.getloadavg()
     print(f"\n== GEOS-like grid {shape} (NetCDF-4 {nc_bytes / 1e6:.1f} MB), latency {args.latency_ms:g} ms, "
-          f"{args.bandwidth_mbps:g} Mbit/s per request; native chunks {plan['native']}, "
-          f"sharded: inner {plan['inner']} in shards {plan['shards']}")
+          f"{args.bandwidth_mbps:g} Mbit/s per request; native chunks {plan['native']}; sharded: "
+          + "; ".join(f"inner {s['inner']} in shards {s['shards']}" for s in plan["sharded"]))
     print(f"{'variant':28} {'MB stored':>9} {'convert s':>9}")
     print(f"{'original NetCDF-4':28} {nc_bytes / 1e6:9.1f} {'—':>9}")
     for name, c in conversions.items():
@@ -238,14 +255,16 @@ def main(argv=None) -> int:
         print(f"{row['pattern']:24} {row['variant']:26} {row['reader']:24} {s['median_wall_s']:9.3f} "
               f"{s['requests']:>8} {(s['bytes_transferred'] or 0) / 1e6:9.2f} {s['overread_ratio'] or 0:9.1f} "
               f"{'ok' if s['values_ok'] else 'BAD':>6}")
-    print("\ncoalescing on vs off (sharded store):")
-    for pattern, entry in coalescing.items():
-        if entry.get("speedup") is None:
-            print(f"  {pattern:24} {entry['reason']}")
-            continue
-        goal = (f" goal >= {COALESCING_GOAL:g}x: {'met' if entry['met'] else 'NOT met'}" if entry["goal"] else "")
-        print(f"  {pattern:24} {entry['speedup']:.2f}x ({entry['off_s']:.3f} s -> {entry['on_s']:.3f} s){goal}")
-        print(f"  {'':24} {entry['reason']}")
+    for name, by_pattern in coalescing.items():
+        print(f"\ncoalescing on vs off, {name}:")
+        for pattern, entry in by_pattern.items():
+            if entry.get("speedup") is None:
+                print(f"  {pattern:24} {entry['reason']}")
+                continue
+            goal = (f"; goal >= {COALESCING_GOAL:g}x: {'met' if entry['met'] else 'NOT met'}" if entry["goal"] else "")
+            print(f"  {pattern:24} {entry['speedup']:.2f}x ({entry['off_s']:.3f} s -> {entry['on_s']:.3f} s; "
+                  f"load phase {entry['load_speedup'] or 0:.2f}x){goal}")
+            print(f"  {'':24} {entry['reason']}")
     print(f"every value checked against the generator: {'yes' if values_ok else 'NO'}")
     print(f"\nbench_grid_shards: {time.time() - started:.0f} s, load average before {load_before[0]:.2f} after "
           f"{load_after[0]:.2f} on {os.cpu_count()} cores")
@@ -259,7 +278,7 @@ def main(argv=None) -> int:
         "benchmark": "bench_grid_shards", "issue": 16, "command": command, "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": round(time.time() - started),
         "machine": machine(), "load_before": load_before, "load_after": load_after, "versions": library_versions(),
-        "settings": {"shape": shape, "shard_split": split, **{k: list(v) for k, v in plan.items()},
+        "settings": {"shape": shape, "native_chunks": list(plan["native"]), "sharded": plan["sharded"],
                      "repeat": args.repeat, **net, "platform": "local-lambda", "smoke": args.repeat < 3},
         "source": {"bytes": nc_bytes, "generated": generated, "url": url_nc},
         "conversions": conversions,

@@ -92,6 +92,15 @@ PUBLISHED = {
         "xarray-naive": (None, None, "not in the issue's table (csv rows 20/48: 295-359 s)"),
     },
 }
+# The csv's bytes_requested of the same runs (h5py and xarray only: fsspec's log), and the photons of
+# NSIDC's gt1l: what NSIDC's readers moved, beside what the same reader moves here.
+PUBLISHED_BYTES = {
+    "7GB": {"h5py-default-original": 289_026_695, "h5py-aligned-rechunked-paged": 192_937_984,
+            "xarray-tuned": 234_881_024, "xarray-naive": 3_350_528_419},
+    "1GB": {"h5py-default-original": 99_747_204, "h5py-aligned-rechunked-paged": 67_108_864,
+            "xarray-tuned": 117_440_512, "xarray-naive": 3_125_613_354},
+}
+PUBLISHED_PHOTONS = {"7GB": 46_484_912, "1GB": 9_720_204}
 
 
 def published_table(size_bytes: int) -> str:
@@ -235,6 +244,7 @@ def verdicts(size: int, rows_run: list[dict], summaries: dict, facts: dict, late
             "median_wall_s": wall, "ratio_to_best": ratio, "published_s": [low, high] if low is not None else None,
             "published_ratio": list(pub_ratio) if pub_ratio else None, "published_source": source,
             "ratio_within_2x": within, "h_ph_stored_bytes": stored,
+            "published_bytes": PUBLISHED_BYTES[table].get(key),
             "moved_over_stored": moved / stored if moved and stored else None,
             "why": floors(summary, latency_ms, bandwidth_mbps),
         }
@@ -248,6 +258,7 @@ def verdicts(size: int, rows_run: list[dict], summaries: dict, facts: dict, late
                                   f"published {published[a][1]:g} < {published[b][0]:g} s")
     means_ok = all(s.get("values_ok") for s in summaries.values())
     return {"published_table": table, "best_row": best_key, "best_s": best, "published_best_s": pub_best,
+            "published_photons": PUBLISHED_PHOTONS[table],
             "rows": rows, "ordering_inversions": inversions, "ordering_met": not inversions,
             "ratios_met": all(r["ratio_within_2x"] is not False for r in rows.values()),
             "rows_outside_2x": [k for k, r in rows.items() if r["ratio_within_2x"] is False],
@@ -274,10 +285,21 @@ def print_size(label: str, facts: dict, summaries: dict, verdict: dict, rows: li
         print(f"{row['label']:44} {s['median_wall_s']:9.3f} {s['requests']:>8} "
               f"{(s['bytes_transferred'] or 0) / 1e6:9.1f} {v['moved_over_stored'] or 0:12.2f} "
               f"{v['ratio_to_best']:6.2f} {pub_text:>13} {pr_text:>11} {ok:>4} {'ok' if s['values_ok'] else 'BAD':>6}")
-    print("why (measured counts of the median run):")
+    print("why (measured counts of the median run; ! = ratio outside 2x of the published one):")
     for row in rows:
-        mark = "!" if verdict["rows"][row["key"]]["ratio_within_2x"] is False else " "
-        print(f" {mark} {row['key']:30} {verdict['rows'][row['key']]['why']}")
+        v, s = verdict["rows"][row["key"]], summaries[row["key"]]
+        mark = "!" if v["ratio_within_2x"] is False else " "
+        print(f" {mark} {row['key']:30} {v['why']}")
+        settings = s.get("reader_settings") or {}
+        if settings.get("cache_type") and settings.get("block_size"):
+            print(f"   {'':30} file cache {settings['cache_type']}, blocks of {settings['block_size'] / 2**20:g} MiB")
+        if v.get("published_bytes"):
+            print(f"   {'':30} NSIDC's run moved {v['published_bytes'] / 1e6:.1f} MB for "
+                  f"{verdict['published_photons'] / 1e6:.2f} M photons; here {(s['bytes_transferred'] or 0) / 1e6:.1f} MB "
+                  f"for {facts['photons_per_beam'] / 1e6:.2f} M")
+    print(f"time scale: the best row ({verdict['best_row']}) takes {verdict['best_s']:.2f} s here, NSIDC's best "
+          f"{verdict['published_best_s']:g} s ({verdict['published_best_s'] / verdict['best_s']:.1f}x as long); "
+          f"every ratio above is to that row")
     print(f"ordering as published: {'yes' if verdict['ordering_met'] else 'no'}")
     for line in verdict["ordering_inversions"]:
         print(f"   {line}")

@@ -47,7 +47,11 @@ def memory_available_bytes() -> int | None:
 
 
 def machine() -> dict:
-    return {"uname": " ".join(platform.uname()), "nproc": os.cpu_count(),
+    try:
+        uname = subprocess.run(["uname", "-a"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        uname = " ".join(platform.uname())
+    return {"uname": uname, "nproc": os.cpu_count(),
             "memory_available_gb": round((memory_available_bytes() or 0) / 1e9, 1)}
 
 
@@ -147,9 +151,10 @@ def floors(summary: dict, latency_ms: float, bandwidth_mbps: float) -> str:
     requests = summary.get("requests") or 0
     moved = summary.get("bytes_transferred") or 0
     transfer = moved * 8 / (bandwidth_mbps * 1e6) if bandwidth_mbps else 0.0
-    return (f"{requests} requests ({summary.get('requests_by_phase')}): {requests * latency_ms / 1000:.2f} s of "
-            f"latency if serial; {moved / 1e6:.1f} MB moved: {transfer:.2f} s at {bandwidth_mbps:g} Mbit/s; "
-            f"CPU {summary.get('cpu_s') or 0:.2f} s")
+    return (f"open/select/load {summary.get('open_s') or 0:.2f}/{summary.get('select_s') or 0:.2f}/"
+            f"{summary.get('load_s') or 0:.2f} s; {requests} requests ({summary.get('requests_by_phase')}): "
+            f"{requests * latency_ms / 1000:.2f} s of latency if serial; {moved / 1e6:.1f} MB moved: "
+            f"{transfer:.2f} s at {bandwidth_mbps:g} Mbit/s; CPU {summary.get('cpu_s') or 0:.2f} s")
 
 
 def git_commit() -> str | None:

@@ -67,22 +67,25 @@ def test_grid_shards_reads_every_variant_with_every_pattern_and_compares_coalesc
     result = json.loads(out.read_text())
     cases = result["cases"]
     assert {c["pattern"] for c in cases} == GRID_PATTERNS
-    readers = {(c["variant"].split("-")[0] + ("-sharded" if "sharded" in c["variant"] else ""), c["reader"])
-               for c in cases}
-    assert readers == {("zarr", "zarr-obstore"), ("zarr-sharded", "zarr-obstore"),
-                       ("zarr-sharded", "zarr-obstore-nocoalesce"), ("icechunk", "icechunk"),
-                       ("kerchunk", "kerchunk-fsspec")}
-    assert len(cases) == 20
+    sharded = [v["name"] for v in result["settings"]["sharded"]]
+    assert len(sharded) == 2  # the default splits 8,2,2 and 32,2,2
+    native, icechunk = "zarr-48x19x36", "icechunk-48x19x36"
+    expected = {(native, "zarr-obstore"), (icechunk, "icechunk"), ("kerchunk-original", "kerchunk-fsspec")}
+    expected |= {(name, reader) for name in sharded for reader in ("zarr-obstore", "zarr-obstore-nocoalesce")}
+    assert {(c["variant"], c["reader"]) for c in cases} == expected
+    assert len(cases) == len(expected) * len(GRID_PATTERNS)
     bad = [(c["key"], c.get("errors")) for c in cases if not (c["ok_runs"] == 1 and c["values_ok"])]
     assert not bad
-    assert set(result["coalescing"]) == GRID_PATTERNS
-    point = result["coalescing"]["timeseries-point"]
-    # a point's time series crosses several inner chunks of its shard: coalescing merges their GETs
-    assert point["requests_on"] < point["requests_off"], point
-    assert point["speedup"] > 0 and point["reason"]
-    assert "met" in point and isinstance(result["verdict"]["coalescing_met"], bool)
+    assert set(result["coalescing"]) == set(sharded)
+    for name in sharded:
+        assert set(result["coalescing"][name]) == GRID_PATTERNS
+        point = result["coalescing"][name]["timeseries-point"]
+        # a point's time series crosses several inner chunks of its shard: coalescing merges their GETs
+        assert point["requests_on"] < point["requests_off"], (name, point)
+        assert point["speedup"] > 0 and point["reason"] and isinstance(point["met"], bool)
+    assert isinstance(result["verdict"]["coalescing_met"], bool)
     conversions = result["conversions"]
-    assert len(conversions) == 4 and all(c["bytes"] > 0 and c["seconds"] > 0 for c in conversions.values())
+    assert len(conversions) == 5 and all(c["bytes"] > 0 and c["seconds"] > 0 for c in conversions.values())
     assert not list((tmp_path / "work").glob("*.nc")), "generated grid left behind without --keep"
 
 
