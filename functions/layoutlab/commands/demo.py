@@ -187,11 +187,18 @@ def report(pipeline, running, final, workdir: Path, tables) -> int:
         for failure in failures[:10]:
             print(f"  FAILURE {failure['stage']} {failure.get('detail')}: {failure['reason']}")
             lines.append(f"- FAILURE {failure['stage']} `{failure.get('detail')}`: {failure['reason']}")
-        lines += ["", "| variant | size MB | overhead | convert s |", "|---|---|---|---|"]
+        if summary and summary.get("recommendation"):
+            print(f"  recommendation: {summary['recommendation']}")
+            lines += [f"**Recommendation:** {summary['recommendation']}", ""]
+        lines += ["", "| variant | status | size MB | overhead | convert s |", "|---|---|---|---|---|"]
         for v in variants:
+            if v.get("status") == "SKIPPED":  # (e.g. paging that no page size keeps within the size budget)
+                lines.append(f"| {v['variant']} | skipped: {v.get('reason', '')} | | | |")
+                continue
             overhead = "" if v.get("size_overhead") is None else f"{v['size_overhead']:+.1%}"
             seconds = "" if v.get("convert_s") is None else f"{v['convert_s']:.1f}"
-            lines.append(f"| {v['variant']} | {(v.get('size_bytes') or 0) / 1e6:.1f} | {overhead} | {seconds} |")
+            lines.append(f"| {v['variant']} | {(v.get('status') or '').lower()} | {(v.get('size_bytes') or 0) / 1e6:.1f} "
+                         f"| {overhead} | {seconds} |")
         for platform in sorted({r["platform"] for r in results}):
             header, rows = tables.median_table(results, platform)
             print(f"\n{platform}: median wall time (s) of {len(results)} cold single-core cases")

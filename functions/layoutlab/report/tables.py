@@ -89,9 +89,9 @@ def budget_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         stored = "-" if row["storage_bytes"] is None else f"{row['storage_bytes'] / 1e6:.1f}"
         what = f"references + {row['references']}" if row["references"] else (row["kind"] or "")
+        # (the page alone: why it was chosen is the VARIANT item's page_size_choice, in the HTML report)
         page = size_label(row["page_size"]) if row["page_size"] else "-"
-        choice = f" ({row['page_size_choice']})" if row.get("page_size_choice") else ""
-        body.append([row["variant"] + (" [!]" if row["flag"] else ""), what, stored, budget_text(row), page + choice])
+        body.append([row["variant"] + (" [!]" if row["flag"] else ""), what, stored, budget_text(row), page])
     return ["variant", "what is stored", "MB stored to read it", "overhead vs size budget", "page size"], body
 
 
