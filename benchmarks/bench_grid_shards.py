@@ -151,7 +151,7 @@ def coalescing_entry(on: dict, off: dict, goal: bool, latency_ms: float) -> dict
     concurrency = (on.get("reader_settings") or {}).get("concurrency") or 1
     saved = (off["requests"] or 0) - (on["requests"] or 0)
     entry["reason"] = (
-        f"coalescing sent {on['requests']} requests instead of {off['requests']} (load phase "
+        f"coalescing sent {on['requests']} requests instead of {off['requests']} (by phase: "
         f"{on['requests_by_phase']} vs {off['requests_by_phase']}) and moved {on['bytes_transferred'] / 1e6:.2f} MB "
         f"instead of {off['bytes_transferred'] / 1e6:.2f} MB; zarr keeps up to {concurrency} requests in flight, "
         f"so the {saved} saved requests are worth ~{saved * latency_ms / 1000 / concurrency:.2f} s of "
