@@ -221,6 +221,12 @@ def prepare_size(label: str, size: int, workdir: Path, cloud, s3) -> dict:
 
 
 # -- verdicts ------------------------------------------------------------------------
+def zarr_concurrency() -> int:
+    import zarr
+
+    return int(zarr.config.get("async.concurrency"))
+
+
 def verdicts(size: int, rows_run: list[dict], summaries: dict, facts: dict, latency_ms: float,
              bandwidth_mbps: float) -> dict:
     table = published_table(size)
@@ -231,6 +237,7 @@ def verdicts(size: int, rows_run: list[dict], summaries: dict, facts: dict, late
     pub_best = min(low for low, _high, _ in published.values() if low is not None)
     # the file whose h_ph the row reads (references read the bytes of the file they point into)
     over = {row["key"]: row["variant"].removeprefix("kerchunk-") for row in rows_run}
+    rows_by_key = {row["key"]: row for row in rows_run}
     rows = {}
     for key, summary in summaries.items():
         low, high, source = published[key]
@@ -247,6 +254,9 @@ def verdicts(size: int, rows_run: list[dict], summaries: dict, facts: dict, late
             "published_bytes": PUBLISHED_BYTES[table].get(key),
             "moved_over_stored": moved / stored if moved and stored else None,
             "why": floors(summary, latency_ms, bandwidth_mbps),
+            # zarr (over references) sends chunk reads concurrently: the latency floor is per batch of them
+            "in_flight": zarr_concurrency() if rows_by_key[key]["reader"] == "kerchunk-fsspec" else None,
+            "latency_ms": latency_ms,
         }
     # ordering: every pair NSIDC separates (ranges that do not overlap) in the same order here
     inversions = []
@@ -290,6 +300,10 @@ def print_size(label: str, facts: dict, summaries: dict, verdict: dict, rows: li
         v, s = verdict["rows"][row["key"]], summaries[row["key"]]
         mark = "!" if v["ratio_within_2x"] is False else " "
         print(f" {mark} {row['key']:30} {v['why']}")
+        if v.get("in_flight"):
+            print(f"   {'':30} zarr keeps up to {v['in_flight']} chunk requests in flight (async.concurrency): "
+                  f">= {(s['requests'] or 0) * v['latency_ms'] / 1000 / v['in_flight']:.2f} s of first bytes; "
+                  f"CPU {s.get('cpu_s') or 0:.2f} s on the one core (requests, decompression, decoding)")
         settings = s.get("reader_settings") or {}
         if settings.get("cache_type") and settings.get("block_size"):
             print(f"   {'':30} file cache {settings['cache_type']}, blocks of {settings['block_size'] / 2**20:g} MiB")
