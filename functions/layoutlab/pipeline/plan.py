@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from layoutlab.errors import UserError
+from layoutlab.units import parse_size, size_label  # noqa: F401  (the one size parser; plans' sizes are its)
 
 PLAN_METADATA_KEY = "layoutlab-plan"
 PLANS_PREFIX = "plans/"
@@ -60,29 +61,10 @@ MAX_REPETITIONS = 100
 DEFAULT_RESOLUTION = 0.1
 
 _PLATFORM = re.compile(r"^(local-lambda|local-fargate|lambda-(\d+)|fargate-(0\.25|0\.5|1|2|4|8|16)-(\d+))$")
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB)?$", re.IGNORECASE)
-_UNITS = {"b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
 
 
 class PlanError(UserError):
     """A plan that cannot run; the message names the plan and the field."""
-
-
-def parse_size(text: str | int) -> int:
-    """``"8MiB"`` -> 8388608; integers pass through."""
-    if isinstance(text, int):
-        return text
-    match = _SIZE.match(str(text).strip())
-    if not match:
-        raise ValueError(f"not a size: {text!r} (e.g. 8MiB, 4194304)")
-    return int(float(match.group(1)) * _UNITS[(match.group(2) or "b").lower()])
-
-
-def size_label(n: int) -> str:
-    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n % factor == 0:
-            return f"{n // factor}{unit}"
-    return f"{n}B"
 
 
 def default_plan() -> dict:
@@ -119,9 +101,10 @@ def validate_plan(plan: dict) -> None:
             from layoutlab.convert.page_budget import DEFAULT_BUDGET, is_auto, parse_budget
 
             try:  # "auto": chosen from the file at conversion (convert/page_budget.py) within size_budget
-                page = None if is_auto(variant.get("page_size")) else parse_size(variant.get("page_size", "8MiB"))
+                page = None if is_auto(variant.get("page_size")) else parse_size(
+                    variant.get("page_size", "8MiB"), what=f"variants[{i}].page_size")
             except ValueError as error:
-                fail(f"variants[{i}].page_size: {error}")
+                fail(str(error))
             try:
                 parse_budget(variant.get("size_budget", DEFAULT_BUDGET))
             except ValueError as error:
@@ -144,9 +127,9 @@ def validate_plan(plan: dict) -> None:
                      "or a list of positive factors, one per dimension (shard = chunk x factor)")
             if "target_chunk_bytes" in variant:
                 try:
-                    parse_size(variant["target_chunk_bytes"])
+                    parse_size(variant["target_chunk_bytes"], what=f"variants[{i}].target_chunk_bytes")
                 except ValueError as error:
-                    fail(f"variants[{i}].target_chunk_bytes: {error}")
+                    fail(str(error))
         if kind in ("rechunk-zarr", "icechunk"):
             chunks = variant.get("chunks")
             if not (chunks in CHUNK_PRESETS or (isinstance(chunks, dict) and chunks)
@@ -155,9 +138,9 @@ def validate_plan(plan: dict) -> None:
                      "a list of positive integers, or a {dimension: size} object")
             if "max_mem" in variant:  # the rechunk's memory bound per work unit (default 512MiB)
                 try:
-                    parse_size(variant["max_mem"])
+                    parse_size(variant["max_mem"], what=f"variants[{i}].max_mem")
                 except ValueError as error:
-                    fail(f"variants[{i}].max_mem: {error}")
+                    fail(str(error))
     for key, known in (("patterns", PATTERNS), ("readers", ALL_READERS)):
         value = plan.get(key)
         groups = value.values() if isinstance(value, dict) else [value]
