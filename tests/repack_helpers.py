@@ -66,31 +66,45 @@ def write_progress_input(path, contiguous: bool = False) -> int:
 # (tests/unit/test_repack_reproducers.py, tests/unit/test_inspect_rechunk_reproducers.py)
 
 
+# The command is started by a lean launcher (python -I -S, ~10 MB) and measured from there: a process
+# forked from pytest carries pytest's resident pages until it execs, and ru_maxrss counts them (a
+# long test session grows past 1 GiB; the measure would be pytest's, not the command's).
+_LAUNCHER = """
+import json, os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as report:
+    json.dump([os.waitstatus_to_exitcode(status), usage.ru_maxrss], report)
+"""
+
+
 def run_layoutlab(*args, env=None, timeout=300):
     """``python -m layoutlab.cli ARGS`` as a user runs it: (returncode, stdout, stderr, peak RSS in bytes
     of the command and the guarded child it forks, from ``wait4``)."""
-    import resource  # noqa: F401  (wait4's rusage is a resource.struct_rusage)
+    import json
+    import signal
     import sys
     import tempfile
-    import time
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen([sys.executable, "-m", "layoutlab.cli", *map(str, args)], stdout=out, stderr=err,
-                                   env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                process.kill()
-                os.wait4(process.pid, 0)
-                pytest.fail(f"layoutlab {' '.join(map(str, args))}: still running after {timeout} s")
-            time.sleep(0.02)
-        process.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as out, \
+            tempfile.TemporaryFile("w+") as err:
+        report = os.path.join(scratch, "rusage.json")
+        process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER, report, sys.executable, "-m",
+                                    "layoutlab.cli", *map(str, args)], stdout=out, stderr=err,
+                                   env={**os.environ, **(env or {})}, start_new_session=True)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            pytest.fail(f"layoutlab {' '.join(map(str, args))}: still running after {timeout} s")
+        with open(report) as stream:
+            returncode, maxrss_kib = json.load(stream)
         out.seek(0)
         err.seek(0)
-        return process.returncode, out.read(), err.read(), usage.ru_maxrss * 1024
+        return returncode, out.read(), err.read(), maxrss_kib * 1024
 
 
 def hdf5_library():
