@@ -1,0 +1,50 @@
+"""Two runs of the same demo recommend the same layout: the choice follows what the intervals say,
+not which of two close medians came out ahead this time."""
+
+from __future__ import annotations
+
+from layoutlab.report.decision import as_fast, decide
+
+PLATFORM = "local-lambda"
+PROFILE = {"name": "local-lambda", "kind": "lambda", "memory_mb": 1769, "local": True}
+
+
+def records(times: dict[str, dict[str, float]], spreads: dict[tuple[str, str], tuple[float, ...]]) -> list[dict]:
+    """variant -> pattern -> median s; (variant, pattern)'s repetitions spread by its factors (else TIGHT)."""
+    out = []
+    for variant, by_pattern in times.items():
+        for pattern, wall in by_pattern.items():
+            for rep, factor in enumerate(spreads.get((variant, pattern), TIGHT)):
+                out.append({"kind": "RESULT", "dataset": "grid", "variant": variant, "pattern": pattern,
+                            "reader": "zarr-obstore", "platform": PLATFORM, "platform_profile": PROFILE,
+                            "repetition": rep, "wall_s": wall * factor, "checksum_ok": True, "status": "ok",
+                            "peak_rss_mb": 150.0, "requests": 5, "get_requests": 5, "head_requests": 0})
+    return out
+
+
+TIGHT = (1.0, 1.01, 0.99)
+SWINGING = (1.0, 2.0, 0.67)  # a measurement that swings: its median can land well below a close rival's
+
+
+def test_a_variant_measurably_faster_on_one_pattern_and_no_slower_on_the_other_is_kept():
+    """B's map median came out low this run (0.15 s, a swinging measurement), so the product of medians
+    picks B (0.24 x 0.15 < 0.20 x 0.20); but A is measurably faster on the time series and not measurably
+    slower on maps: A is kept, as it would be in a run where B's map median came out high."""
+    times = {"original": {"timeseries-point": 1.0, "map-timestep": 1.0},
+             "zarr-a": {"timeseries-point": 0.20, "map-timestep": 0.20},
+             "zarr-b": {"timeseries-point": 0.24, "map-timestep": 0.15}}
+    variants = {"original": {"variant_kind": "original", "size_bytes": 9_300_000},
+                "zarr-a": {"variant_kind": "rechunk-zarr", "size_bytes": 9_400_000, "convert_s": 0.6},
+                "zarr-b": {"variant_kind": "rechunk-zarr", "size_bytes": 9_600_000, "convert_s": 0.7}}
+    decided = decide(records(times, {("zarr-b", "map-timestep"): SWINGING}), variants=variants)
+    result = decided["platforms"][PLATFORM]
+    assert result["balanced_product"]["variant"] == "zarr-b"
+    assert result["choice"]["variant"] == "zarr-a"
+    assert "reads measurably faster than zarr-b" in result["choice"]["why"]
+
+
+def test_an_undecided_comparison_around_a_ratio_of_1_3_is_not_as_fast():
+    assert not as_fast({"verdict": "no measurable difference", "ratio": 1.34, "interval": [0.73, 1.38]})
+    assert as_fast({"verdict": "no measurable difference", "ratio": 1.04, "interval": [0.9, 1.2]})
+    assert as_fast({"verdict": "faster", "ratio": 0.6, "interval": [0.5, 0.7]})
+    assert not as_fast({"verdict": "slower", "ratio": 1.5, "interval": [1.2, 1.8]})
