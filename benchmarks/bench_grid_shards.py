@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_support import (  # noqa: E402
+    add_run_options,
     ensure_bucket,
     floors,
     git_commit,
@@ -167,12 +168,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shard-split", action="append",
                         help="inner chunks per shard along time,lat,lon (shard = the native chunk); repeatable "
                              "(default: 8,2,2 and 32,2,2)")
-    parser.add_argument("--repeat", type=int, default=3, help="cold repetitions per case (default 3)")
-    parser.add_argument("--latency-ms", type=float, default=25.0, help="first-byte latency per request")
-    parser.add_argument("--bandwidth-mbps", type=float, default=720.0, help="bandwidth per request")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-grid-shards"))
-    parser.add_argument("--keep", action="store_true", help="keep the generated NetCDF-4 in --workdir")
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "grid_shards.json")
+    add_run_options(parser, "/tmp/bench-grid-shards", "grid_shards.json", "NetCDF-4")
     args = parser.parse_args(argv)
     from layoutlab.samples.geos import parse_shape
 

@@ -47,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_support import (  # noqa: E402
+    add_run_options,
     ensure_bucket,
     floors,
     git_commit,
@@ -324,12 +325,7 @@ def print_size(label: str, facts: dict, summaries: dict, verdict: dict, rows: li
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1GB,7GB", help="granule sizes, comma-separated (default 1GB,7GB)")
-    parser.add_argument("--repeat", type=int, default=3, help="cold repetitions per row (default 3)")
-    parser.add_argument("--latency-ms", type=float, default=25.0, help="first-byte latency per request")
-    parser.add_argument("--bandwidth-mbps", type=float, default=720.0, help="bandwidth per request")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/bench-nsidc-table"))
-    parser.add_argument("--keep", action="store_true", help="keep the generated granules in --workdir")
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "nsidc_table.json")
+    add_run_options(parser, "/tmp/bench-nsidc-table", "nsidc_table.json", "granules")
     args = parser.parse_args(argv)
     from layoutlab.units import SizeError, parse_size, size_label
 

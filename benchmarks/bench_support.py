@@ -16,11 +16,22 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from multiprocessing import get_context
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def add_run_options(parser, workdir: str, results: str, kept: str) -> None:
+    """The options both issue-16 benchmarks take: repetitions, the emulated network, where data goes."""
+    parser.add_argument("--repeat", type=int, default=3, help="cold repetitions per case (default 3)")
+    parser.add_argument("--latency-ms", type=float, default=25.0, help="first-byte latency per request")
+    parser.add_argument("--bandwidth-mbps", type=float, default=720.0, help="bandwidth per request")
+    parser.add_argument("--workdir", type=Path, default=Path(workdir))
+    parser.add_argument("--keep", action="store_true", help=f"keep the generated {kept} in --workdir")
+    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / results)
 
 
 def log(message: str) -> None:
