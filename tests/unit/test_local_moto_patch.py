@@ -96,3 +96,105 @@ def test_patch_refuses_another_moto_version(monkeypatch):
     monkeypatch.setattr(moto, "__version__", "9.9.9")
     with pytest.raises(RuntimeError, match="moto 5.2.5"):
         moto_patch.apply()
+
+
+# -- objects larger than memory (apply(key_buffer_bytes=...), the 7 GB granule of issue 16) -----------
+PART = 5 * 2**20
+
+
+def _multipart(client, key: str, parts: list[bytes], **create) -> dict:
+    upload = client.create_multipart_upload(Bucket="bkt", Key=key, **create)
+    done = []
+    for number, data in enumerate(parts, start=1):
+        extra = {"ChecksumAlgorithm": create["ChecksumAlgorithm"]} if "ChecksumAlgorithm" in create else {}
+        answer = client.upload_part(Bucket="bkt", Key=key, UploadId=upload["UploadId"], PartNumber=number,
+                                    Body=data, **extra)
+        part = {"PartNumber": number, "ETag": answer["ETag"]}
+        for name in ("ChecksumCRC32", "ChecksumSHA256"):
+            if name in answer:
+                part[name] = answer[name]
+        done.append(part)
+    return client.complete_multipart_upload(Bucket="bkt", Key=key, UploadId=upload["UploadId"],
+                                            MultipartUpload={"Parts": done})
+
+
+def _stored(key: str):
+    from moto.s3.models import s3_backends
+
+    return s3_backends["123456789012"]["aws"].buckets["bkt"].keys[key]
+
+
+@pytest.mark.parametrize("create", [
+    {}, {"ChecksumAlgorithm": "CRC32"}, {"ChecksumAlgorithm": "CRC32", "ChecksumType": "FULL_OBJECT"},
+    {"ChecksumAlgorithm": "SHA256"},
+], ids=["plain", "crc32", "crc32-full-object", "sha256"])
+def test_a_multipart_upload_over_the_buffer_is_joined_on_disk_with_the_same_answers(s3, monkeypatch, create):
+    """Over the buffer size the parts are streamed to a temporary file (never joined in memory);
+    the object, its ETag and its checksum are what stock moto gives for the same parts."""
+    import tracemalloc
+
+    from moto.s3.models import FakeMultipart
+
+    peaks = []
+    patched = FakeMultipart.complete
+
+    def measured(self, body):  # the memory of joining the parts, nothing else
+        tracemalloc.start()
+        try:
+            return patched(self, body)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    monkeypatch.setattr(FakeMultipart, "complete", measured)
+    client, _ = s3
+    parts = [os.urandom(PART), os.urandom(PART), os.urandom(PART // 3)]
+    whole = b"".join(parts)
+    in_memory = _multipart(client, "in-memory", parts, **create)  # under the default buffer: moto's own join
+    assert not _stored("in-memory")._value_buffer._rolled
+
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(2**20))  # what apply(key_buffer_bytes=1 MiB) sets
+    on_disk = _multipart(client, "on-disk", parts, **create)
+    key = _stored("on-disk")
+    assert key._value_buffer._rolled  # in a temporary file
+    # moto's join holds a bytearray and its bytes() copy at once (2x the object); streaming ~one part
+    stock_peak, streamed_peak = peaks
+    assert stock_peak >= 2 * len(whole)
+    assert streamed_peak < len(whole) / 2, streamed_peak
+    assert on_disk["ETag"] == in_memory["ETag"]
+    for name in ("ChecksumCRC32", "ChecksumSHA256", "ChecksumType"):
+        assert on_disk.get(name) == in_memory.get(name)
+    # the object's own checksum as stored (moto's default full-object one when the upload names none)
+    assert (_stored("on-disk").checksum_value, _stored("on-disk").checksum_type) == (
+        _stored("in-memory").checksum_value, _stored("in-memory").checksum_type)
+    assert _stored("on-disk").checksum_value
+    assert client.get_object(Bucket="bkt", Key="on-disk")["Body"].read() == whole
+    ranged = client.get_object(Bucket="bkt", Key="on-disk", Range=f"bytes={PART - 10}-{PART + 9}")
+    assert ranged["Body"].read() == whole[PART - 10:PART + 10]
+    assert client.head_object(Bucket="bkt", Key="on-disk")["ContentLength"] == len(whole)
+
+
+def test_a_multipart_upload_over_the_buffer_still_refuses_a_wrong_part(s3, monkeypatch):
+    client, _ = s3
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(2**20))
+    upload = client.create_multipart_upload(Bucket="bkt", Key="bad")
+    first = client.upload_part(Bucket="bkt", Key="bad", UploadId=upload["UploadId"], PartNumber=1, Body=b"a" * PART)
+    client.upload_part(Bucket="bkt", Key="bad", UploadId=upload["UploadId"], PartNumber=2, Body=b"b" * PART)
+    with pytest.raises(ClientError, match="InvalidPart"):
+        client.complete_multipart_upload(Bucket="bkt", Key="bad", UploadId=upload["UploadId"], MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": first["ETag"]}, {"PartNumber": 2, "ETag": first["ETag"]}]})
+    small = client.upload_part(Bucket="bkt", Key="bad", UploadId=upload["UploadId"], PartNumber=3, Body=b"c" * 100)
+    with pytest.raises(ClientError, match="EntityTooSmall"):
+        client.complete_multipart_upload(Bucket="bkt", Key="bad", UploadId=upload["UploadId"], MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": first["ETag"]}, {"PartNumber": 3, "ETag": small["ETag"]},
+                      {"PartNumber": 2, "ETag": client.upload_part(
+                          Bucket="bkt", Key="bad", UploadId=upload["UploadId"], PartNumber=2,
+                          Body=b"b" * PART)["ETag"]}]})
+    with pytest.raises(ClientError):
+        client.get_object(Bucket="bkt", Key="bad")
+
+
+def test_apply_sets_the_buffer_size(monkeypatch):
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(moto_patch.KEY_BUFFER_BYTES))
+    moto_patch.apply(key_buffer_bytes=64 * 2**20)  # already applied: only the size changes
+    assert os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] == str(64 * 2**20)

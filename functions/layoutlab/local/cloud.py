@@ -210,8 +210,12 @@ class LocalCloud:
 def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: float = DEFAULT_LATENCY_MS,
                       bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS, detach: bool = False,
                       log_path: str | os.PathLike | None = None, timeout: float = 60,
-                      stock_moto: bool = False) -> LocalCloud:
+                      stock_moto: bool = False, objects_on_disk_over: int | None = None) -> LocalCloud:
     """Start the local cloud in a background process and wait until it listens.
+
+    ``objects_on_disk_over``: S3 objects larger than this many bytes are kept in temporary files
+    on disk instead of memory, and multipart uploads over it are joined on disk (moto_patch): for
+    objects larger than the machine's memory (a 7 GB granule and its copies). Default: in memory.
 
     ``state_path`` defaults to a fresh temporary file (so tests and ephemeral
     runs never collide with ``layoutlab local up``). ``detach`` starts it in its
@@ -229,6 +233,8 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
            "--latency-ms", str(latency_ms), "--bandwidth-mbps", str(bandwidth_mbps)]
     if stock_moto:
         cmd.append("--stock-moto")
+    if objects_on_disk_over is not None:
+        cmd += ["--objects-on-disk-over", str(int(objects_on_disk_over))]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                start_new_session=detach, close_fds=True)
     if log is not subprocess.DEVNULL:
@@ -249,7 +255,8 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
 
 # -- the service process ---------------------------------------------------
-def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False) -> None:
+def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False,
+          objects_on_disk_over: int | None = None) -> None:
     servers, measured = core_split()
     os.sched_setaffinity(0, servers)
 
@@ -260,7 +267,7 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     from layoutlab.local.proxy import ProxyThread, S3Proxy
 
     if not stock_moto:  # stock_moto: only for benchmarks/bench_ranged_get.py's side-by-side comparison
-        moto_patch.apply()
+        moto_patch.apply(key_buffer_bytes=objects_on_disk_over)
     # moto executes state machines only when asked (DESIGN.md section 4)
     default_user_config["stepfunctions"]["execute_state_machine"] = True
     moto = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
@@ -299,12 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
     parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
+    parser.add_argument("--objects-on-disk-over", type=int, metavar="BYTES",
+                        help="keep S3 objects over BYTES in temporary files on disk (default: all in memory)")
     args = parser.parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto)
+    if args.stock_moto and args.objects_on_disk_over is not None:
+        parser.error("--objects-on-disk-over needs the patched moto (drop --stock-moto)")
+    serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto,
+          objects_on_disk_over=args.objects_on_disk_over)
     return 0
 
 

@@ -15,6 +15,16 @@ The patch is two small wrappers, nothing copied from moto:
 - objects are kept in memory (``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE``, see
   ``KEY_BUFFER_BYTES``) so a range is a memory copy of just the range.
 
+Objects larger than the machine's memory (the ~7 GB granule of NSIDC's table, issue 16):
+``apply(key_buffer_bytes=N)`` keeps every object over N bytes in a temporary file on disk
+(moto's own ``SpooledTemporaryFile``; a range is then a seek and a read of just the range), and
+a multipart upload whose parts add up to more than N is joined by streaming its parts into such
+a file. Stock ``FakeMultipart.complete`` joins them in a ``bytearray`` and copies that to
+``bytes``: twice the object in memory (14 GB for a 7 GB object). ``complete`` below is moto's,
+step for step (same part checks, same ETag of the parts' MD5s, same checksum), with only the
+join going to the file; a full-object checksum (moto's default for an upload that names none)
+is computed as the parts stream by, where moto's builder joins a third copy of the object.
+
 Anything that needs the whole value (a GET without a range, a range moto
 ignores, copies, checksums) still gets ``bytes`` as before. Pinned to moto
 5.2.5: ``apply()`` refuses other versions rather than patching blindly.
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import threading
 
 MOTO_VERSION = "5.2.5"
@@ -62,17 +73,154 @@ class KeyBody:
         return self[:]
 
 
+class SpooledValue:
+    """A completed multipart upload's bytes, already written to a temporary file on disk.
+
+    Handed by the streaming ``complete`` to ``put_object`` in place of ``bytes``; the patched
+    ``FakeKey.value`` setter adopts the file as the key's buffer instead of copying it.
+    """
+
+    def __init__(self, buffer, size: int):
+        self.buffer, self.size = buffer, size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class FullObjectChecksum:
+    """moto's ``compute_checksum`` of the whole object, fed part by part (same algorithm choice,
+    same fallbacks), so the object never has to be joined in memory to check it."""
+
+    def __init__(self, algorithm: str):
+        import hashlib
+
+        self.algorithm, self.value, self.hasher = algorithm, 0, None
+        if algorithm in ("SHA1", "SHA256"):
+            self.hasher = hashlib.new(algorithm.lower(), usedforsecurity=False)
+        elif algorithm not in ("CRC32", "CRC32C", "CRC64NVME"):
+            self.hasher = hashlib.sha256(usedforsecurity=False)  # moto's choice for any other name
+        self.width = 4
+
+    def update(self, data: bytes) -> None:
+        import binascii
+
+        if self.hasher is not None:
+            self.hasher.update(data)
+        elif self.algorithm == "CRC32C" and _module("crc32c"):
+            self.value = _module("crc32c").crc32c(data, self.value)
+        elif self.algorithm == "CRC64NVME" and _has_crt():
+            from awscrt import checksums
+
+            self.value, self.width = checksums.crc64nvme(data, self.value), 8
+        else:  # CRC32, and moto's fallback for the other two without their libraries
+            self.value = binascii.crc32(data, self.value)
+
+    def result(self) -> str:
+        import base64
+
+        digest = self.hasher.digest() if self.hasher is not None else self.value.to_bytes(self.width, "big")
+        return base64.b64encode(digest).decode()
+
+
+def _has_crt() -> bool:
+    from moto.core.compat import HAS_CRT
+
+    return HAS_CRT
+
+
+def _module(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _streaming_complete(stock_complete):
+    def complete(self, body):
+        from codecs import getdecoder
+
+        from moto.s3 import models as s3_models
+        from moto.s3.exceptions import EntityTooSmall, InvalidPart, MalformedXML
+        from moto.settings import get_s3_default_key_buffer_size
+        from moto.utilities.utils import md5_hash
+
+        body = list(body)
+        named = [self.parts.get(number) for number, _ in body]
+        limit = get_s3_default_key_buffer_size()
+        if any(part is None for part in named) or sum(part.contentsize for part in named) <= limit:
+            return stock_complete(self, iter(body))  # fits in memory, or invalid: moto's own answer
+
+        decode_hex = getdecoder("hex_codec")
+        checksum_builder = s3_models.MultipartChecksumBuilder(self.metadata.get("x-amz-checksum-algorithm"),
+                                                               self.metadata.get("x-amz-checksum-type"))
+        full_object = (FullObjectChecksum(checksum_builder.checksum_algorithm)
+                       if checksum_builder.checksum_type != "COMPOSITE" else None)
+        joined = tempfile.SpooledTemporaryFile(limit)
+        joined.rollover()  # straight to disk: the whole point
+        md5s, size, last = bytearray(), 0, None
+        try:
+            for (_, etag), part in zip(body, named):
+                part_etag = part.etag.replace('"', "")
+                if part_etag != etag.replace('"', ""):
+                    raise InvalidPart()
+                if last is not None and last.contentsize < s3_models.S3_UPLOAD_PART_MIN_SIZE:
+                    raise EntityTooSmall()
+                md5s.extend(decode_hex(part_etag)[0])
+                data = None  # the previous part's bytes go before the next part's are read
+                data = part.value
+                joined.write(data)
+                if full_object is None:
+                    checksum_builder.addPart(data)  # one checksum per part: small
+                else:
+                    full_object.update(data)
+                size += len(data)
+                last = part
+            if not body:
+                raise MalformedXML
+        except BaseException:
+            joined.close()
+            raise
+        full_etag = md5_hash()
+        full_etag.update(bytes(md5s))
+        checksum = (checksum_builder.build() if full_object is None
+                    else (checksum_builder.checksum_type, full_object.result(), 1))
+        return SpooledValue(joined, size), f"{full_etag.hexdigest()}-{len(body)}", checksum
+
+    return complete
+
+
+def _adopting_setter(stock_setter):
+    def set_value(self, new_value) -> None:
+        if isinstance(new_value, SpooledValue):
+            self._value_buffer.close()
+            self._value_buffer = new_value.buffer
+            self.contentsize = new_value.size
+            return
+        stock_setter(self, new_value)
+
+    return set_value
+
+
 def _is_simple_range(value: str | None) -> bool:
     return bool(value) and bool(_SIMPLE_RANGE.match(value.strip())) and value.strip() != "bytes=-"
 
 
-def apply() -> None:
-    """Patch moto's S3 in this process (idempotent). Call before the server starts."""
+def apply(key_buffer_bytes: int | None = None) -> None:
+    """Patch moto's S3 in this process (idempotent). Call before the server starts.
+
+    ``key_buffer_bytes``: objects over this size live in temporary files on disk (default
+    ``KEY_BUFFER_BYTES``, i.e. in memory; an explicit ``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE`` wins
+    over the default, not over this argument).
+    """
     global _applied
+    if key_buffer_bytes is not None:
+        os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] = str(int(key_buffer_bytes))
     if _applied:
         return
     import moto
-    from moto.s3.models import FakeKey
+    from moto.s3.models import FakeKey, FakeMultipart
     from moto.s3.responses import S3Response
 
     if moto.__version__ != MOTO_VERSION:
@@ -89,7 +237,8 @@ def apply() -> None:
             return KeyBody(self)
         return stock_value.fget(self)
 
-    FakeKey.value = property(value, stock_value.fset)
+    FakeKey.value = property(value, _adopting_setter(stock_value.fset))
+    FakeMultipart.complete = _streaming_complete(FakeMultipart.complete)
 
     stock_key_response = S3Response.key_response
 
