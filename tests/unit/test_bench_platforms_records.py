@@ -51,6 +51,18 @@ def test_error_records_have_every_key_and_validate():
     assert record["versions"]["h5py"] and record["versions"]["python"]
 
 
+def test_every_record_names_the_versions_of_the_virtual_and_icechunk_stack():
+    """A kerchunk, Icechunk or h5coro result is only comparable run to run with the versions of the
+    libraries that produced and read it (issue 16)."""
+    from importlib import metadata
+
+    versions = new_record(dataset="d", variant="v", target="t", pattern="p", reader="kerchunk-fsspec",
+                          platform="local-lambda")["versions"]
+    for name in ("virtualizarr", "kerchunk", "icechunk", "h5coro", "zarr", "obstore", "hdf5"):
+        assert versions.get(name), name
+    assert versions["icechunk"] == metadata.version("icechunk")
+
+
 def test_validation_catches_wrong_types():
     record = new_record(dataset="d", variant="v", target="t", pattern="p", reader="r", platform="local-lambda",
                         wall_s=-1.0)

@@ -19,8 +19,10 @@ from pathlib import Path
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 SCHEMA_VERSION = 1
+# Every library that can change what a case reads or how (issue 16: "every library version goes
+# into the record"): the readers' own, and the virtual-reference / Icechunk stack behind them.
 VERSIONED_PACKAGES = ("layoutlab", "numpy", "h5py", "h5netcdf", "xarray", "zarr", "numcodecs", "obstore",
-                      "s3fs", "fsspec", "boto3")
+                      "s3fs", "fsspec", "boto3", "virtualizarr", "kerchunk", "icechunk", "h5coro")
 
 
 @lru_cache(maxsize=1)
