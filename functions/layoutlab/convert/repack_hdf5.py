@@ -49,6 +49,7 @@ from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the m
 )
 from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
+from layoutlab.formats.paged_layout import ancestor_groups  # (one rule: the page model counts the groups walked)
 from layoutlab.formats.sniff import is_netcdf4
 
 def check_input(path: str | os.PathLike) -> None:
@@ -746,20 +747,6 @@ def _read_spans(located, max_gap=None, max_span=None):
         end = max(end, address + size) if len(run) > 1 else address + size
     if run:
         yield start, end, run
-
-
-def ancestor_groups(paths) -> set[str]:
-    """Paths of the groups holding (at any depth) one of ``paths``, "/" included: the groups the
-    repack walks and makes anew around the datasets it makes anew (page_budget predicts the same)."""
-    groups: set[str] = set()
-    for path in paths:
-        parent = path.rsplit("/", 1)[0] or "/"
-        while parent not in groups:
-            groups.add(parent)
-            if parent == "/":
-                break
-            parent = parent.rsplit("/", 1)[0] or "/"
-    return groups
 
 
 def _copy_plist():

@@ -6,6 +6,12 @@ its problems, each with the measured value, the threshold and the command that f
 (``layoutlab repack``, and the h5repack / nccopy equivalent where one exists). ``RULES`` is
 the one description of the rules: the command's ``--help`` and the docs table come from it.
 
+A fix that pages the file proposes its page and estimates the copy's size change with
+``layoutlab.formats.paged_layout``, the model ``layoutlab repack --page-size auto`` chooses by
+(calibrated against real repacks): one number for one page, whichever command a user asks. The
+model reads the file itself (``read_allocations``: through ``inspect``'s reader, so ``s3://``
+objects too), only when a fix needs a page.
+
 This module imports nothing heavy at load (the CLI builds ``--help`` from it).
 """
 
@@ -88,11 +94,33 @@ def check_file(location: str, thresholds: Thresholds) -> dict:
     from layoutlab.formats.inspect import inspect_file
 
     report = inspect_file(location, page_size=thresholds.page_size or SCATTER_BLOCK, per_dataset=True)
-    return judge(report, thresholds)
+    return judge(report, thresholds, allocations=lambda: read_allocations(location))
 
 
-def judge(report: dict, thresholds: Thresholds) -> dict:
-    problems = [p for p in check_report(report, thresholds) if p["rule"] not in thresholds.allow]
+def read_allocations(location: str):
+    """The file's allocations for the page model (``paged_layout.file_allocations``), ``location``
+    opened through ``inspect``'s reader (a local path, or an ``s3://`` object read by s3fs in cached
+    blocks): the model needs an open h5py ``File`` and the object's size, not a local path.
+
+    A second open of the file after ``inspect_file``'s: ``check_report`` asks for it only when a fix
+    needs a page chosen (a paged file that passes never reads it)."""
+    import h5py
+
+    from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason
+    from layoutlab.formats.inspect import _open_bytes
+    from layoutlab.formats.paged_layout import file_allocations
+
+    with _open_bytes(location) as (stream, size):
+        try:
+            with h5py.File(stream, "r") as f:
+                return file_allocations(f, size_bytes=size, name=location)
+        except DAMAGED_HDF5_ERRORS as error:
+            raise BadInputFile(location, f"cannot be read to estimate a paged copy's size (truncated or damaged): "
+                                         f"{damaged_reason(error)}") from None
+
+
+def judge(report: dict, thresholds: Thresholds, allocations=None) -> dict:
+    problems = [p for p in check_report(report, thresholds, allocations) if p["rule"] not in thresholds.allow]
     result = {"file": report["location"], "ok": not problems, "format": report["format"], "problems": problems,
               "allowed": sorted(thresholds.allow)}
     if not problems:
@@ -100,8 +128,13 @@ def judge(report: dict, thresholds: Thresholds) -> dict:
     return result
 
 
-def check_report(report: dict, t: Thresholds) -> list[dict]:
-    """Every problem of an ``inspect_file(..., per_dataset=True)`` report, allowed ones included."""
+def check_report(report: dict, t: Thresholds, allocations=None) -> list[dict]:
+    """Every problem of an ``inspect_file(..., per_dataset=True)`` report, allowed ones included.
+
+    ``allocations``: the file's ``paged_layout.FileAllocations``, or a function returning them (called
+    only when a fix needs its page chosen), for the page model to choose the fixes' page and estimate
+    their size change. Without them (a report made by hand) the fixes propose the smallest page that
+    passes the rules, with no estimate."""
     location = report["location"]
     h = report["hdf5"]
     if h is None:
@@ -114,21 +147,25 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
     requests = scatter["metadata_pages"]
     small = [d for d in datasets if d["stored_count"] > 1 and d["stored_median"] < t.min_chunk]
     large = [d for d in datasets if d["stored_max"] > t.max_chunk]
-    fix_page, overhead = _fix_page(report, t, small)
+    fix_page, overhead = _fix_page(report, t, small, allocations)
     repack = _repack(location, fix_page)
     h5repack = f"h5repack -S PAGE -P 1 -G {fix_page} {_local(location)} {_out(location)}"
-    paging = f"{repack} ({h5repack}; estimated size {overhead:+.0%})"
+    estimate = f"; estimated size {overhead:+.0%}" if overhead is not None else ""
+    paging = f"{repack} ({h5repack}{estimate})"
+    # what a paging fix proposes, as numbers (--json): the page and paged_layout.predict's overhead for it
+    proposal = {"page_size": fix_page, "estimated_overhead": round(overhead, 6) if overhead is not None else None}
     problems = []
     if not space["paged"]:
         problems.append(_problem(
             "not-paged", "not paged", space["strategy"], "PAGE",
-            f"file-space strategy {space['strategy']} vs PAGE required", paging))
+            f"file-space strategy {space['strategy']} vs PAGE required", paging, proposal=proposal))
     if requests > t.max_metadata_requests:
         block = _size(space["page_size"] if space["paged"] else scatter["assumed_page_size"])
         problems.append(_problem(
             "scattered-metadata",
             "metadata scattered", requests, t.max_metadata_requests,
-            f"{requests} ranged GETs of {block} to read it vs at most {t.max_metadata_requests}", paging))
+            f"{requests} ranged GETs of {block} to read it vs at most {t.max_metadata_requests}", paging,
+            proposal=proposal))
     if small:
         problems.append(_small_chunks(location, small, t, fix_page))
     if large:
@@ -142,7 +179,7 @@ def check_report(report: dict, t: Thresholds) -> list[dict]:
         problems.append(_problem(
             "chunks-over-page", f"chunks larger than the page in {_count(over_page)}", biggest, page,
             f"largest stored chunk {_size(biggest)} vs page {_size(page)}", fix,
-            datasets=[d["name"] for d in over_page]))
+            datasets=[d["name"] for d in over_page], proposal=proposal if fix == paging else None))
     unlimited = h["unlimited_datasets"]
     if unlimited["with_data"]:
         nccopy = f"; or nccopy -u {_local(location)} {_out(location)}" if report["format"] == "netcdf4" else ""
@@ -233,55 +270,56 @@ def _shrunk(d: dict, t: Thresholds, page: int) -> list[int]:
     return chunks
 
 
-def _fix_page(report: dict, t: Thresholds, small: list[dict]) -> tuple[int, float]:
-    """(page size the fixes propose, the repacked file's estimated size overhead).
+def _fix_page(report: dict, t: Thresholds, small: list[dict], allocations=None) -> tuple[int, float | None]:
+    """(page size the fixes propose, the repacked file's estimated size overhead, None when unknown).
 
     A paged file keeps its page unless a rule needs another. Otherwise: of the powers of two that pass
-    the rules (from HDF5's default 4 KiB, or ``--page-size``), the one that pads the file least
-    (``paged_size``). Passing means: the metadata fits in half the allowed GETs (paging leaves pages
-    part-filled), every chunk up to ``max_chunk`` fits a page, and so do the chunks the small-chunks
-    fix grows (repack keeps a chunk within a page). Padding matters: issue 17's 30 MB granule grew
-    42 % with 8 MiB pages, and a page just under two chunks wastes nearly half of itself."""
+    the rules (``fix_page_candidates``), the one that pads the file least, as
+    ``layoutlab.formats.paged_layout.predict`` predicts it from the file's ``allocations`` (a
+    ``FileAllocations`` or a function returning one); its overhead is the estimate shown. That is the
+    model ``layoutlab repack --page-size auto`` chooses by (calibrated against real repacks), so the
+    check and ``auto`` give one number for one page; the policies differ: ``auto`` takes the largest
+    page within a size budget, the check the page that passes its rules (chunks within a page,
+    metadata in few GETs) and pads least. Padding matters: issue 17's 30 MB granule grew 42 % with
+    8 MiB pages, and a page just under two chunks wastes nearly half of itself. Without allocations
+    (a report made by hand) the smallest page that passes, with no estimate."""
+    h = report["hdf5"]
+    space, requests = h["file_space"], h["metadata_scatter"]["metadata_pages"]
+    if space["paged"]:
+        page = space["page_size"]
+        if requests <= t.max_metadata_requests and not small and all(
+                d["stored_max"] <= page or d["stored_max"] > t.max_chunk  # (those are shrunk instead)
+                for d in h["chunked_datasets"]):
+            return page, None  # (no paging fix is shown: nothing to estimate)
+    candidates = fix_page_candidates(report, t, small)
+    if allocations is None:
+        return candidates[0], None
+    from layoutlab.formats.paged_layout import predict
+
+    if callable(allocations):
+        allocations = allocations()
+    predictions = [predict(allocations, page) for page in candidates]
+    best = min(predictions, key=lambda p: (p.output_bytes, p.page_size))
+    return best.page_size, best.overhead
+
+
+def fix_page_candidates(report: dict, t: Thresholds, small: list[dict]) -> list[int]:
+    """The powers of two a fix may propose, smallest first: from the smallest that passes the rules
+    (HDF5's default 4 KiB, or ``--page-size``, and at least: the metadata in half the allowed GETs
+    (paging leaves pages part-filled), every chunk up to ``max_chunk`` within a page, and so the chunks
+    the small-chunks fix grows (repack keeps a chunk within a page)) up to the first page at least the
+    file's size (at most 64 MiB)."""
     h = report["hdf5"]
     space, requests = h["file_space"], h["metadata_scatter"]["metadata_pages"]
     datasets = h["chunked_datasets"]
-    allowed = t.max_metadata_requests
     meta = h["metadata_bytes_estimate"]
     if space["paged"]:
-        page = space["page_size"]
-        meta = min(meta, requests * page)  # (a paged file's non-raw bytes include the tails of raw pages)
-        if requests <= allowed and not small and all(d["stored_max"] <= page or d["stored_max"] > t.max_chunk
-                                                     for d in datasets):  # (those are shrunk instead)
-            return page, 0.0
-    lowest = max([MIN_PAGE, t.page_size or MIN_PAGE, _pow2_at_least(math.ceil(2 * meta / allowed))]
+        meta = min(meta, requests * space["page_size"])  # (a paged file's non-raw bytes include the tails of raw pages)
+    lowest = max([MIN_PAGE, t.page_size or MIN_PAGE, _pow2_at_least(math.ceil(2 * meta / t.max_metadata_requests))]
                  + [_pow2_at_least(d["stored_max"]) for d in datasets if d["stored_max"] <= t.max_chunk]
                  + [_pow2_at_least(_grown_bytes(d, t)) for d in small])
     highest = max(lowest, min(MAX_PROPOSED_PAGE, _pow2_at_least(report["size_bytes"])))
-    candidates = [lowest << k for k in range((highest // lowest).bit_length())]
-    sizes = {page: paged_size(h, page) for page in candidates}
-    best = min(candidates, key=lambda page: (sizes[page], page))
-    return best, sizes[best] / max(report["size_bytes"], 1) - 1
-
-
-def paged_size(h: dict, page: int) -> int:
-    """Estimated size of the file repacked with ``page``-byte pages (an ``inspect_file(per_dataset=True)``
-    report's ``hdf5`` part).
-
-    HDF5's paged aggregation never lets an allocation smaller than a page cross a page boundary, and
-    starts larger ones on a page boundary: a dataset's chunks of median stored size c < page fill
-    page // c per page; a chunk >= page takes whole pages; metadata has its own pages; the other raw
-    data packs. (Within 1.5 points of the repacked size on the GEOS-like and ATL03-like samples.)"""
-    pool = h["raw_data_bytes"] - sum(d["stored_total"] for d in h["chunked_datasets"])
-    own_pages = 0
-    for d in h["chunked_datasets"]:
-        count, stored = d["stored_count"], d["stored_median"]
-        if not count or not stored:
-            continue
-        if stored >= page:
-            own_pages += count * math.ceil(stored / page)
-        else:
-            pool += count / (page // stored) * page
-    return (math.ceil(h["metadata_bytes_estimate"] / page) + math.ceil(pool / page) + own_pages) * page
+    return [lowest << k for k in range((highest // lowest).bit_length())]
 
 
 def _grown_bytes(d: dict, t: Thresholds) -> int:
@@ -321,13 +359,15 @@ def format_result(result: dict) -> list[str]:
     return [f"{result['file']}: {p['message']} ({p['measured']}) — fix: {p['fix']}" for p in result["problems"]]
 
 
-def _problem(rule, message, value, threshold, measured, fix, datasets=None) -> dict:
+def _problem(rule, message, value, threshold, measured, fix, datasets=None, proposal=None) -> dict:
     """One broken rule: ``value`` and ``threshold`` as numbers (bytes, counts) or names; ``measured`` says
-    both in words."""
+    both in words. ``proposal``: a paging fix's ``page_size`` and ``estimated_overhead``, as fields."""
     problem = {"rule": rule, "message": message, "value": value, "threshold": threshold, "measured": measured,
                "fix": fix}
     if datasets is not None:
         problem["datasets"] = list(datasets)
+    if proposal is not None:
+        problem.update(proposal)
     return problem
 
 
