@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -219,7 +220,9 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
     ``state_path`` defaults to a fresh temporary file (so tests and ephemeral
     runs never collide with ``layoutlab local up``). ``detach`` starts it in its
-    own session so it outlives the caller (``local up``).
+    own session so it outlives the caller (``local up``); otherwise it stops by itself when the
+    caller's process ends, however that ends (a benchmark killed by SIGTERM or SIGKILL runs no
+    ``finally`` that would stop it, and a forgotten cloud keeps its objects and ports).
     """
     if state_path is None:
         handle, state_path = tempfile.mkstemp(prefix="layoutlab-cloud-", suffix=".json")
@@ -235,6 +238,8 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
         cmd.append("--stock-moto")
     if objects_on_disk_over is not None:
         cmd += ["--objects-on-disk-over", str(int(objects_on_disk_over))]
+    if not detach:
+        cmd += ["--stop-with", str(os.getpid())]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                start_new_session=detach, close_fds=True)
     if log is not subprocess.DEVNULL:
@@ -256,7 +261,7 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
 # -- the service process ---------------------------------------------------
 def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False,
-          objects_on_disk_over: int | None = None) -> None:
+          objects_on_disk_over: int | None = None, stop_with: int | None = None) -> None:
     servers, measured = core_split()
     os.sched_setaffinity(0, servers)
 
@@ -292,7 +297,9 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     os.replace(partial, state_path)
     try:
         while not stop.wait(0.5):
-            pass
+            if stop_with is not None and not pid_running(stop_with):
+                logging.getLogger(__name__).info("process %d that started the local cloud has ended: stopping", stop_with)
+                break
     finally:
         dispatcher.stop()
         proxy.stop()
@@ -306,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS)
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS)
     parser.add_argument("--stock-moto", action="store_true", help="without the ranged-GET patch (for comparison)")
+    parser.add_argument("--stop-with", type=int, metavar="PID",
+                        help="stop when process PID has ended (start_local_cloud passes its own unless detached)")
     parser.add_argument("--objects-on-disk-over", type=int, metavar="BYTES",
                         help="keep S3 objects over BYTES in temporary files on disk (default: all in memory)")
     args = parser.parse_args(argv)
@@ -316,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stock_moto and args.objects_on_disk_over is not None:
         parser.error("--objects-on-disk-over needs the patched moto (drop --stock-moto)")
     serve(args.state, args.latency_ms, args.bandwidth_mbps, stock_moto=args.stock_moto,
-          objects_on_disk_over=args.objects_on_disk_over)
+          objects_on_disk_over=args.objects_on_disk_over, stop_with=args.stop_with)
     return 0
 
 
