@@ -156,8 +156,9 @@ bench-access: sysdeps venv
 	$(PY) benchmarks/bench_access.py --json benchmarks/results/bench_access_run1.json
 	$(PY) benchmarks/bench_access.py --skip atl03 --geos-shape 5136,181,288 --json benchmarks/results/bench_access_run2.json
 
-# Issue 16: NSIDC's ATL03 table reproduced in shape (~1 GB and ~7 GB granules; a size the local cloud
-# cannot hold in memory is refused with the reason), and zarr's shard coalescing on a GEOS-like grid.
+# Issue 16: NSIDC's ATL03 table reproduced in shape (~1 GB and ~7 GB granules, ~17 min; a size the
+# local cloud cannot hold in memory runs with its objects on disk: ~35 GB free for 7 GB), and zarr's
+# shard coalescing on a GEOS-like grid.
 .PHONY: bench-nsidc bench-grid-shards
 bench-nsidc: sysdeps venv
 	$(PY) benchmarks/bench_nsidc_table.py --json benchmarks/results/nsidc_table.json
