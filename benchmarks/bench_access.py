@@ -39,17 +39,13 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from layoutlab.bench.runner import run_case_isolated, upload_target  # noqa: E402
+from bench_support import log, run_logged  # noqa: E402  (sets the local cloud's dummy AWS credentials)
+
+from layoutlab.bench.runner import upload_target  # noqa: E402
 from layoutlab.local.cloud import start_local_cloud  # noqa: E402
 from layoutlab.results.record import host_info, library_versions  # noqa: E402
-
-
-def log(message):
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # -- data -----------------------------------------------------------------------
@@ -107,13 +103,8 @@ def make_geos(workdir: Path, shape) -> dict[str, Path]:
 def run(cases, cloud, records):
     out = []
     for case in cases:
-        record = run_case_isolated(case, cloud)
-        if record["status"] != "ok":
-            log(f"ERROR {case['pattern']} {case['reader']} {case.get('variant')}: {record['error']}")
-        else:
-            log(f"{case.get('variant'):>20} {case['pattern']:>22} {case['reader']:>18} rep {case['repetition']}: "
-                f"{record['wall_s']:.3f} s, {record['requests']} requests, {record['bytes_transferred'] / 1e6:.1f} MB, "
-                f"check {record['checksum_ok']}")
+        record = run_logged(case, cloud, f"{case.get('variant'):>20} {case['pattern']:>22} {case['reader']:>18} "
+                                         f"rep {case['repetition']}")
         out.append(record)
         records.append(record)
     return out
@@ -150,7 +141,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from layoutlab.samples.geos import parse_shape
 
-    shape = parse_shape(args.geos_shape)
+    try:
+        shape = parse_shape(args.geos_shape)
+    except ValueError as error:
+        parser.error(f"--geos-shape: {error}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     load_before = os.getloadavg()

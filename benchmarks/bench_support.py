@@ -1,9 +1,10 @@
-"""What bench_nsidc_table.py and bench_grid_shards.py share: logging, niced data generation,
-cold cases on the local cloud, conversions timed straight into it, and the summary of a row.
+"""What the access benchmarks (bench_access.py, bench_nsidc_table.py, bench_grid_shards.py) share:
+logging, niced data generation, cold cases on the local cloud, conversions timed straight into it,
+and the summary of a row.
 
-Cases run as bench_access.py runs them: ``run_case_isolated`` (a fresh process pinned to one
-core with the local-lambda memory limit) against the local cloud's S3 proxy with its latency
-model (first-byte latency per request, bandwidth per request).
+Every case runs through ``run_logged``: ``run_case_isolated`` (a fresh process pinned to one core
+with the local-lambda memory limit) against the local cloud's S3 proxy with its latency model
+(first-byte latency per request, bandwidth per request), one log line per case.
 """
 
 from __future__ import annotations
@@ -106,11 +107,23 @@ def prefix_bytes(s3, url: str) -> int:
     return total
 
 
+def run_logged(case: dict, cloud, label: str) -> dict:
+    """One case, cold in a fresh single-core process; logs its outcome under ``label``."""
+    from layoutlab.bench.runner import run_case_isolated
+
+    record = run_case_isolated(case, cloud)
+    if record["status"] != "ok":
+        log(f"ERROR {label}: {record.get('error')}")
+    else:
+        log(f"{label}: {record['wall_s']:.3f} s, {record['requests']} requests, "
+            f"{(record['bytes_transferred'] or 0) / 1e6:.1f} MB, "
+            f"values {'ok' if record['checksum_ok'] else record['checksum_ok']}")
+    return record
+
+
 def run_repetitions(rows: list[dict], repeat: int, cloud, net: dict, label: str) -> dict[str, list[dict]]:
     """Every row ``repeat`` times, repetitions as the outer loop (a row's runs are spread over the
     run, not back to back); each case cold in a fresh single-core process. Returns row key -> records."""
-    from layoutlab.bench.runner import run_case_isolated
-
     out: dict[str, list[dict]] = {row["key"]: [] for row in rows}
     for repetition in range(repeat):
         for row in rows:
@@ -118,14 +131,7 @@ def run_repetitions(rows: list[dict], repeat: int, cloud, net: dict, label: str)
                     "variant": row["variant"], "params": row.get("params") or {},
                     "reader_options": row.get("reader_options") or {}, "repetition": repetition,
                     "platform": "local-lambda", "dataset": label, **net}
-            record = run_case_isolated(case, cloud)
-            if record["status"] != "ok":
-                log(f"ERROR {label} {row['key']} rep {repetition}: {record.get('error')}")
-            else:
-                log(f"{label} {row['key']:>34} rep {repetition}: {record['wall_s']:.3f} s, "
-                    f"{record['requests']} requests, {(record['bytes_transferred'] or 0) / 1e6:.1f} MB, "
-                    f"values {'ok' if record['checksum_ok'] else record['checksum_ok']}")
-            out[row["key"]].append(record)
+            out[row["key"]].append(run_logged(case, cloud, f"{label} {row['key']:>34} rep {repetition}"))
     return out
 
 

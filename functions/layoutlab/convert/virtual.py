@@ -212,6 +212,8 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
                 try:
                     marr = _construct_manifest_array(url, obj, "/" + path.rpartition("/")[0], False)
                 except (NotImplementedError, ValueError, TypeError, OSError, KeyError) as error:
+                    # The parser's refusals for one dataset (unsupported codec/layout, odd shapes): that
+                    # dataset is inlined and the variant's record says why; the others stay virtual.
                     verdict = ("inline", f"VirtualiZarr's HDF parser: {type(error).__name__}: {str(error)[:200]}")
             if marr is not None and packing:
                 problem = _packing_survives(marr, packing)
