@@ -43,6 +43,7 @@ import numpy as np
 from layoutlab import storage
 from layoutlab.bench import accounting
 from layoutlab.errors import UserError
+from layoutlab.hdf5_input import deny_external_links
 
 MiB = 2**20
 DEFAULT_PAGE_SIZE = 8 * MiB
@@ -246,14 +247,14 @@ class H5pyS3fsDefault(Reader):
         return {}, {}
 
     def open(self, url):
-        import h5py
+        from layoutlab.hdf5_input import open_input
 
         fs = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
                                      session=accounting.aiobotocore_session(self.requests))
         fs_kwargs, h5_kwargs = self._open_kwargs()
         fileobj = fs.open(url, "rb", **fs_kwargs)
         try:
-            f = h5py.File(fileobj, "r", **h5_kwargs)
+            f = open_input(fileobj, url, **h5_kwargs)
         except OSError as error:
             fileobj.close()
             raise UserError(f"{url}: not readable as HDF5 ({error})") from error
@@ -320,6 +321,7 @@ class H5pyRos3(Reader):
         extra = {"rdcc_nbytes": s["rdcc_nbytes"]}
         if s["page_buf_size"]:
             extra["page_buf_size"] = s["page_buf_size"]
+        deny_external_links()  # (an upload's external links are never followed, as in every open of an input)
         f = h5py.File(http_url, "r", driver="ros3", **kwargs, **extra)
         return H5pyHandle("hdf5", f, {**s, **_chunk_cache(f), **_h5py_version_settings()}, [f.close])
 

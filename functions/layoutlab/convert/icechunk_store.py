@@ -34,11 +34,13 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
     import icechunk
     import zarr
 
+    from layoutlab.hdf5_input import data_outside_file, open_input
+
     repo = icechunk.Repository.create(icechunk_storage(target_url))
     session = repo.writable_session("main")
     root = zarr.open_group(session.store, mode="w", zarr_format=3)
-    written = {"arrays": 0, "bytes": 0}
-    with h5py.File(local_path, "r") as f:
+    written = {"arrays": 0, "bytes": 0, "skipped": []}
+    with open_input(local_path) as f:
         root.attrs.update(_attrs(f))
 
         def visit(name, obj):
@@ -46,6 +48,10 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
                 root.require_group(name).attrs.update(_attrs(obj))
                 return
             if not isinstance(obj, h5py.Dataset) or obj.dtype.kind in "OV" or obj.dtype.names:
+                return
+            outside = data_outside_file(obj)
+            if outside is not None:
+                written["skipped"].append({"variable": name, "reason": outside})
                 return
             dims = _dimension_names(obj)
             gridded = obj.ndim == 3 and dims is not None and len(chunks) == 3

@@ -307,14 +307,14 @@ def source_kind(src: str) -> str:
 
 def _open_hdf5(src: str, rdcc_nbytes: int = 2**20):
     """An h5py File; a small chunk cache because the planner's memory model counts chunks itself."""
-    import h5py
+    from layoutlab.hdf5_input import open_input
 
     if is_s3_url(src):
         from layoutlab.storage import s3fs_filesystem
 
         fileobj = s3fs_filesystem(for_url=src).open(src, "rb", block_size=8 * 2**20, cache_type="readahead")
-        return h5py.File(fileobj, "r", rdcc_nbytes=rdcc_nbytes)
-    return h5py.File(src, "r", rdcc_nbytes=rdcc_nbytes)
+        return open_input(fileobj, src, rdcc_nbytes=rdcc_nbytes)
+    return open_input(src, rdcc_nbytes=rdcc_nbytes)
 
 
 def inspect_source(src: str, kind: str) -> tuple[list[SourceArray], dict]:
@@ -406,6 +406,8 @@ def _describe_hdf5(f) -> dict:
     import h5py
     from h5netcdf.core import NOT_A_VARIABLE
 
+    from layoutlab.hdf5_input import data_outside_file, link_outside_file
+
     # One pass over the file: object address -> path (a dimension scale is found
     # from a variable's DIMENSION_LIST by address; asking HDF5 the name of a
     # dereferenced object searches the file, which made h5netcdf quadratic in the
@@ -423,18 +425,18 @@ def _describe_hdf5(f) -> dict:
     dimids: dict[int, str] = {}
     phony: dict = {}
 
-    def walk(group, prefix):
+    # Groups in h5netcdf's order (a group's own objects, then its sub-groups, depth first), without
+    # recursion: the depth of the hierarchy is the uploader's to choose.
+    pending = [(f, "")]
+    while pending:
+        group, prefix = pending.pop()
         groups[prefix] = _read_attrs(group, prefix or "/", skipped)
         subgroups = []
         for key in group:
             path = f"{prefix}/{key}" if prefix else key
-            try:
-                link = group.get(key, getlink=True)
-            except _HDF5_READ_ERRORS as error:  # user-defined links: h5py knows no class for them
-                skipped.append({"variable": path, "reason": f"link cannot be followed ({error.__class__.__name__}: {error})"})
-                continue
-            if isinstance(link, h5py.ExternalLink):
-                skipped.append({"variable": path, "reason": f"external link to {link.filename}:{link.path}: not followed"})
+            outside = link_outside_file(group, key)
+            if outside is not None:
+                skipped.append({"variable": path, "reason": outside})
                 continue
             try:
                 obj = group[key]
@@ -447,10 +449,7 @@ def _describe_hdf5(f) -> dict:
                 datasets.append((path, obj))
                 if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" and "_Netcdf4Dimid" in obj.attrs:
                     dimids[int(obj.attrs["_Netcdf4Dimid"])] = key
-        for obj, path in subgroups:
-            walk(obj, path)
-
-    walk(f, "")
+        pending.extend(reversed(subgroups))
     unlimited: dict[int, int] = {}  # dimension scale address -> current length (longest user)
     described = []
     for path, ds in datasets:
@@ -476,6 +475,7 @@ def _describe_hdf5(f) -> dict:
     for path, name, ds, dims, scales in described:
         shape = tuple(max(int(n), unlimited.get(a, 0)) if a is not None else int(n) for n, a in zip(ds.shape, scales))
         kind, reason = _data_kind(ds)
+        reason = data_outside_file(ds) or reason  # never read, whatever its type
         if reason is None and math.prod(ds.shape) > 0:
             try:  # one element: a filter without its plugin, missing external raw data, no conversion path
                 ds[(0,) * ds.ndim] if ds.ndim else ds[()]

@@ -189,9 +189,11 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
     from obspec_utils.readers import BlockStoreReader  # noqa: F401  (the parser's module needs it importable)
     from virtualizarr.parsers.hdf.hdf import _construct_manifest_array
 
+    from layoutlab.hdf5_input import data_outside_file, open_input
+
     layout = VirtualLayout(url=url)
     try:
-        f = h5py.File(local_path, "r")
+        f = open_input(local_path, url)
     except OSError as error:
         raise BadInputFile(url, f"cannot be referenced: not readable as HDF5 ({error})") from None
     with f, warnings.catch_warnings():
@@ -204,6 +206,10 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
                 layout.groups[path] = _attrs(obj)
                 return
             if not isinstance(obj, h5py.Dataset):
+                return
+            outside = data_outside_file(obj)
+            if outside is not None:  # neither referenced (no chunk of the upload holds it) nor inlined (not read)
+                layout.skipped.append({"variable": path, "reason": outside})
                 return
             verdict = _why_not_virtual(obj)
             packing = _packing(obj)

@@ -80,11 +80,11 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
             report["verdict"] = _verdict_not_hdf5(kind, describe_not_hdf5(head, size))
             return report
         stream.seek(0)
-        import h5py
+        from layoutlab.hdf5_input import open_input
 
         try:
             # The page buffer is enabled only for a paged file; there it counts the pages HDF5 reads.
-            with h5py.File(stream, "r", page_buf_size=PAGE_BUFFER_BYTES) as f:
+            with open_input(stream, location, page_buf_size=PAGE_BUFFER_BYTES) as f:
                 details = _inspect_hdf5(f, size, page_size, per_dataset)
         except DAMAGED_HDF5_ERRORS as error:
             raise BadInputFile(location, f"HDF5 signature found but the file cannot be read (truncated or damaged): "

@@ -134,7 +134,9 @@ def file_allocations(source, target_chunk_bytes: int | None = None, *, size_byte
         size = int(size_bytes) if size_bytes is not None else int(source.id.get_filesize())
         return _read_allocations(source, size, name or str(source.filename), target_chunk_bytes)
     size = int(size_bytes) if size_bytes is not None else os.path.getsize(source)
-    with h5py.File(source, "r") as f:
+    from layoutlab.hdf5_input import open_input
+
+    with open_input(source) as f:
         return _read_allocations(f, size, name or str(source), target_chunk_bytes)
 
 

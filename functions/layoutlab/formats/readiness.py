@@ -104,15 +104,14 @@ def read_allocations(location: str):
 
     A second open of the file after ``inspect_file``'s: ``check_report`` asks for it only when a fix
     needs a page chosen (a paged file that passes never reads it)."""
-    import h5py
-
     from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason
     from layoutlab.formats.inspect import _open_bytes
     from layoutlab.formats.paged_layout import file_allocations
+    from layoutlab.hdf5_input import open_input
 
     with _open_bytes(location) as (stream, size):
         try:
-            with h5py.File(stream, "r") as f:
+            with open_input(stream, location) as f:
                 return file_allocations(f, size_bytes=size, name=location)
         except DAMAGED_HDF5_ERRORS as error:
             raise BadInputFile(location, f"cannot be read to estimate a paged copy's size (truncated or damaged): "

@@ -85,10 +85,10 @@ def sniff(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> 
 
 
 def _hdf5_file_is_netcdf4(path: Path) -> bool:
-    import h5py
+    from layoutlab.hdf5_input import open_input
 
     try:
-        with h5py.File(path, "r") as f:
+        with open_input(path) as f:
             return is_netcdf4(f)
     except OSError:
         return False

@@ -19,15 +19,15 @@ BEAM_NAMES = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
 @contextmanager
 def _open(location: str):
-    import h5py
+    from layoutlab.hdf5_input import open_input
 
     if is_s3_url(location):
         fs = s3fs_filesystem(for_url=location)
         with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
-            with h5py.File(stream, "r") as f:
+            with open_input(stream, location) as f:
                 yield f
     else:
-        with h5py.File(location, "r") as f:
+        with open_input(location) as f:
             yield f
 
 
@@ -42,6 +42,8 @@ def _dimension_names(dataset) -> tuple[str, ...]:
 def dataset_facts(location: str) -> DatasetFacts:
     import h5py
 
+    from layoutlab.hdf5_input import data_outside_file
+
     try:
         with _open(location) as f:
             beams = [b for b in BEAM_NAMES if f.get(f"{b}/heights/h_ph") is not None]
@@ -50,7 +52,9 @@ def dataset_facts(location: str) -> DatasetFacts:
             candidates = []
 
             def visit(name, obj):
-                if isinstance(obj, h5py.Dataset) and obj.ndim == 3 and obj.dtype.kind == "f":
+                # (a variable whose values live outside the file is never the one measured: never read)
+                if isinstance(obj, h5py.Dataset) and obj.ndim == 3 and obj.dtype.kind == "f" \
+                        and data_outside_file(obj) is None:
                     candidates.append((obj.size, name, obj))
 
             f.visititems(visit)

@@ -1,0 +1,111 @@
+"""Generators of hostile HDF5 files: files that point at files of the machine that opens them.
+
+Each writes a small valid HDF5 file whose one hostile object would, if read, copy into an output
+what the converting process can read: its environment (``/proc/self/environ``: a cloud task's
+credentials) or a local file. The canaries are what must never appear in any output.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+# Content of the planted local file and value of the planted environment variable: if either turns
+# up in an output, the input reached outside itself.
+FILE_CANARY = b"LOCALFILE-CANARY-5b1d0e7a"
+ENV_CANARY_NAME = "LAYOUTLAB_TEST_CANARY"
+ENV_CANARY = "ENVIRON-CANARY-c4f2a91e"
+# What the first bytes of an environment dump look like wherever it lands ("NAME=value\0...").
+# Bytes of the environment a hostile dataset reads: past the end of the file HDF5 reads zeros, and a
+# task's environment (a CI machine's too) fits.
+ENVIRON_BYTES = 65536
+ENVIRON_MARKERS = (ENV_CANARY.encode(), b"AWS_SECRET_ACCESS_KEY=", b"PATH=/")
+
+
+def plant_local_secrets(directory: Path) -> dict[str, Path]:
+    """A local text file and a local HDF5 file holding the file canary (what a hostile input aims at)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = directory / "secret.txt"
+    text.write_bytes(FILE_CANARY * 4)
+    secret_h5 = directory / "secret.h5"
+    with h5py.File(secret_h5, "w") as f:
+        f["secret"] = np.frombuffer(FILE_CANARY * 4, dtype="u1")
+    return {"text": text, "hdf5": secret_h5}
+
+
+def _with_plain_data(f) -> None:
+    """A harmless variable beside the hostile one, so a converter has something to convert."""
+    f.create_dataset("temperature", data=np.arange(24, dtype="f4").reshape(2, 3, 4), chunks=(1, 3, 4))
+
+
+def external_environ(path: Path, *, relative: bool = False, fill_value_attr: str | None = None) -> Path:
+    """A dataset whose raw storage is the opening process's environment (absolute, or climbing with ``..``)."""
+    target = ("../" * 24 + "proc/self/environ") if relative else "/proc/self/environ"
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        notes = f.create_dataset("notes", shape=(ENVIRON_BYTES,), dtype="u1", external=[(target, 0, ENVIRON_BYTES)])
+        if fill_value_attr is not None:  # an attribute VirtualiZarr refuses: the dataset would be inlined
+            notes.attrs["_FillValue"] = fill_value_attr
+    return path
+
+
+def external_local_file(path: Path, secret: Path) -> Path:
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        f.create_dataset("notes", shape=(len(FILE_CANARY) * 4,), dtype="u1",
+                         external=[(str(secret), 0, len(FILE_CANARY) * 4)])
+    return path
+
+
+def virtual_local_file(path: Path, secret_h5: Path) -> Path:
+    """A virtual dataset whose source is a dataset of a local file."""
+    n = len(FILE_CANARY) * 4
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        layout = h5py.VirtualLayout(shape=(n,), dtype="u1")
+        layout[:] = h5py.VirtualSource(os.fspath(secret_h5), "secret", shape=(n,))
+        f.create_virtual_dataset("notes", layout, fillvalue=0)
+    return path
+
+
+def external_link_local_file(path: Path, secret_h5: Path) -> Path:
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        f["notes"] = h5py.ExternalLink(os.fspath(secret_h5), "/secret")
+    return path
+
+
+def every_hostile_file(directory: Path, secrets: dict[str, Path]) -> dict[str, Path]:
+    """One file per way of reaching outside, by name."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "external-environ": external_environ(directory / "external-environ.h5"),
+        "external-environ-relative": external_environ(directory / "external-environ-relative.h5", relative=True),
+        "external-environ-bad-fillvalue": external_environ(directory / "external-environ-fill.h5",
+                                                           fill_value_attr="abc"),
+        "external-local-file": external_local_file(directory / "external-local-file.h5", secrets["text"]),
+        "virtual-local-file": virtual_local_file(directory / "virtual-local-file.h5", secrets["hdf5"]),
+        "external-link-local-file": external_link_local_file(directory / "external-link.h5", secrets["hdf5"]),
+    }
+
+
+def leaks(content: bytes) -> list[str]:
+    """Which canaries ``content`` holds."""
+    found = [marker.decode() for marker in ENVIRON_MARKERS if marker in content]
+    if FILE_CANARY in content:
+        found.append(FILE_CANARY.decode())
+    return found
+
+
+def leaks_under(root: Path) -> dict[str, list[str]]:
+    """Every file under ``root`` that holds a canary, with the canaries it holds."""
+    found = {}
+    for path in sorted(Path(root).rglob("*")):
+        if path.is_file():
+            hits = leaks(path.read_bytes())
+            if hits:
+                found[str(path.relative_to(root))] = hits
+    return found
