@@ -34,7 +34,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from layoutlab import __version__, commands  # noqa: E402
-from layoutlab.errors import UserError
+from layoutlab.errors import Terminated, UserError, unwind_on_sigterm
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -76,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    unwind_on_sigterm()  # a stopped command removes what it half wrote, as on Ctrl-C
     try:
         result = args.func(args)
+    except Terminated as stop:
+        print(f"layoutlab {args.command}: {stop}; partial outputs removed", file=sys.stderr)
+        return 143
     except UserError as error:
         print(f"layoutlab {args.command}: error: {error}", file=sys.stderr)
         code = 2

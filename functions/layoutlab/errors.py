@@ -48,3 +48,21 @@ def raised_by_h5py(error: BaseException) -> bool:
         last = tb
         tb = tb.tb_next
     return last is not None and "h5py" in last.tb_frame.f_code.co_filename
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (what Lambda, ECS, ``timeout`` and ``kill`` send): unwinds like Ctrl-C, so every
+    ``finally`` and cleanup on the way runs (partial outputs removed, workers stopped) before the exit."""
+
+
+def unwind_on_sigterm() -> None:
+    """Turn SIGTERM into ``Terminated`` in this process (main thread only; elsewhere a no-op)."""
+    import signal
+
+    def terminated(signum, frame):
+        raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+    try:
+        signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: the default action stays
+        pass

@@ -67,11 +67,13 @@ def _io_and_cpu(pid: int) -> tuple[int, float] | None:
     return int(fields["rchar"]) + int(fields["wchar"]), busy
 
 
-def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None, **kwargs):
+def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None,
+                without_credentials: bool = False, **kwargs):
     """``fn(*args, **kwargs)`` in a watched child; its result, or its exception, in the caller.
 
     ``UserError`` keeps its message; other exceptions arrive as ``GuardedCallFailed``
-    with the child's traceback. Falls back to a plain call where there is no fork or
+    with the child's traceback. ``without_credentials``: the child's environment holds no cloud
+    credentials (work on a local file, whose results the parent publishes). Falls back to a plain call where there is no fork or
     no /proc (or with LAYOUTLAB_NO_GUARD=1). ``cleanup(pid)`` runs when the child was
     stopped or crashed, to remove what it left half-written.
     """
@@ -84,6 +86,7 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
     # would copy them, page by page, from the parent).
     unfreeze = gc.get_freeze_count() == 0  # (leave a caller's own frozen objects frozen)
     gc.freeze()
+    parent = os.getpid()
     try:
         pid = os.fork()
     except BaseException:
@@ -96,6 +99,11 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
         gc.unfreeze()  # the parent collects as before
     if pid == 0:  # the child: do the work, send one pickled answer, leave without cleanup handlers
         os.close(read_end)
+        _die_with_parent(parent)
+        if without_credentials:
+            from layoutlab.process_environment import drop_credentials
+
+            drop_credentials()
         try:
             try:
                 answer = ("ok", fn(*args, **kwargs))
@@ -115,6 +123,21 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
             os._exit(0)
     os.close(write_end)
     return _watch(pid, read_end, path, stall, cleanup)
+
+
+def _die_with_parent(parent: int) -> None:
+    """The worker ends when its parent does (a parent killed by SIGKILL cannot stop it; the kernel can:
+    ``PR_SET_PDEATHSIG``); SIGTERM gets its default action back (the parent unwinds, the worker just stops)."""
+    import ctypes
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+    except (OSError, AttributeError):  # not Linux: the parent's own cleanup path is what stops the worker
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
@@ -153,8 +176,9 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
         if cleanup is not None:
             cleanup(pid)
         name = signal.Signals(os.WTERMSIG(status)).name
-        if os.WTERMSIG(status) == signal.SIGKILL:  # not a crash: the kernel's OOM killer or an operator
-            raise GuardedCallFailed(f"{path}: the worker process was killed (SIGKILL: out of memory, or stopped "
+        if os.WTERMSIG(status) in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            # not a crash: the kernel's OOM killer, an operator, or a stop that reached the whole process group
+            raise GuardedCallFailed(f"{path}: the worker process was stopped ({name}: out of memory, or stopped "
                                     "from outside); the file is not known to be damaged")
         raise BadInputFile(path, f"the HDF5 library crashed reading it ({name}); the file is probably damaged")
     if not data:

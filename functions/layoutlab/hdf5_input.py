@@ -134,3 +134,41 @@ def link_outside_file(group, key: str) -> str | None:
     if isinstance(link, h5py.ExternalLink):
         return f"an external link to {link.filename}:{link.path}: not followed"
     return None
+
+
+def iter_objects(root):
+    """(path, object) of every group and dataset below ``root`` reached by hard links, each object once: a
+    group's members (by name), then those of its sub-groups, depth first (h5netcdf's order). What
+    ``visititems`` gives, without H5Ovisit, whose cost grows with the square of the nesting depth (26 s for
+    groups nested 2,000 deep), and without recursion: the depth is the uploader's.
+
+    Soft, external and user-defined links are not followed, as H5Ovisit does not follow them.
+    """
+    import h5py
+
+    seen = {h5py.h5o.get_info(root.id).addr}
+    pending = [(root, "")]
+    while pending:
+        group, prefix = pending.pop()
+        children = []
+        for key in group:
+            try:
+                link = group.get(key, getlink=True)
+            except (OSError, KeyError, ValueError, TypeError, RuntimeError):  # user-defined links
+                continue
+            if not isinstance(link, h5py.HardLink):
+                continue
+            try:
+                obj = group[key]
+            except (OSError, KeyError, ValueError, RuntimeError):
+                continue
+            address = h5py.h5o.get_info(obj.id).addr
+            if address in seen:
+                continue
+            seen.add(address)
+            children.append((f"{prefix}/{key}" if prefix else key, obj))
+        for path, obj in reversed(children):
+            if isinstance(obj, h5py.Group):
+                pending.append((obj, path))
+        for path, obj in children:
+            yield path, obj

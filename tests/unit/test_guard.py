@@ -100,5 +100,5 @@ def test_without_the_guard_the_call_runs_in_process(monkeypatch):
 def test_running_out_of_memory_is_not_blamed_on_the_file():
     with pytest.raises(MemoryError, match=r"^x\.h5: MemoryError: Unable to allocate 16.0 GiB"):
         run_guarded(run_out_of_memory, path="x.h5")
-    with pytest.raises(GuardedCallFailed, match="killed .SIGKILL: out of memory"):
+    with pytest.raises(GuardedCallFailed, match="stopped .SIGKILL: out of memory"):
         run_guarded(killed_from_outside, path="x.h5")

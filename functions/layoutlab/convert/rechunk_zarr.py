@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from layoutlab.convert import rechunk_plan as planner
-from layoutlab.errors import BadInputFile, UserError
+from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.storage import S3Location, is_s3_url
 from layoutlab.units import parse_size  # the one size parser; benchmarks/ call it from here
 
@@ -298,6 +298,9 @@ def source_kind(src: str) -> str:
             if any((path / name).exists() for name in ("zarr.json", ".zgroup")):
                 return "zarr"
             raise BadInputFile(src, "is a directory but not a Zarr store (no zarr.json or .zgroup)")
+        from layoutlab.hdf5_input import require_regular_file
+
+        require_regular_file(path, src)  # (a FIFO would block the read below forever)
         with open(path, "rb") as f:
             head = f.read(8)
     if head == b"\x89HDF\r\n\x1a\n":
@@ -340,6 +343,11 @@ def describe_source(src: str, kind: str) -> dict:
         raise BadInputFile(src, f"cannot be opened as HDF5 ({error.__class__.__name__}: {error})") from None
     try:
         return _describe_hdf5(handle)
+    except DAMAGED_HDF5_ERRORS as error:
+        if not raised_by_h5py(error):
+            raise
+        raise BadInputFile(src, f"HDF5 signature found but the file cannot be read (damaged): "
+                                f"{damaged_reason(error)}") from None
     finally:
         handle.close()
 
@@ -402,11 +410,17 @@ def _read_attrs(obj, owner: str, skipped: list) -> dict:
     return out
 
 
+# S3 keys are at most 1,024 bytes (so are many file systems' paths, in practice); a Zarr key is the
+# destination's prefix + the object's path + a chunk key, so an object's path keeps room for the rest.
+S3_MAX_KEY_BYTES = 1024
+MAX_OBJECT_PATH_BYTES = 768
+
+
 def _describe_hdf5(f) -> dict:
     import h5py
     from h5netcdf.core import NOT_A_VARIABLE
 
-    from layoutlab.hdf5_input import data_outside_file, link_outside_file
+    from layoutlab.hdf5_input import data_outside_file, iter_objects, link_outside_file
 
     # One pass over the file: object address -> path (a dimension scale is found
     # from a variable's DIMENSION_LIST by address; asking HDF5 the name of a
@@ -414,10 +428,8 @@ def _describe_hdf5(f) -> dict:
     # number of variables: 153 s for 602 empty variables).
     paths: dict[int, str] = {}
 
-    def remember(name, info):
-        paths.setdefault(info.addr, name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else name)
-
-    h5py.h5o.visit(f.id, remember, info=True)
+    for name, obj in iter_objects(f):
+        paths.setdefault(h5py.h5o.get_info(obj.id).addr, name)
     arrays: list[SourceArray] = []
     groups: dict[str, dict] = {}
     skipped: list[dict] = []
@@ -434,6 +446,11 @@ def _describe_hdf5(f) -> dict:
         subgroups = []
         for key in group:
             path = f"{prefix}/{key}" if prefix else key
+            if len(path.encode("utf-8", "surrogateescape")) > MAX_OBJECT_PATH_BYTES:
+                skipped.append({"variable": path[:120] + "...", "reason": f"a path of {len(path.encode('utf-8', 'surrogateescape'))} "
+                                f"bytes (groups nested {path.count('/') + 1} deep): its Zarr keys would pass S3's "
+                                f"{S3_MAX_KEY_BYTES}-byte limit; it and everything below it are not copied"})
+                continue
             outside = link_outside_file(group, key)
             if outside is not None:
                 skipped.append({"variable": path, "reason": outside})
@@ -1117,7 +1134,14 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
             handle = cache.get("hdf5")
             if handle is None:
                 handle = cache["hdf5"] = _open_hdf5(plan["source"])
-            data = _read_hdf5_region(handle[var.get("source_path") or unit["variable"]], unit["start"], unit["stop"], var)
+            try:
+                data = _read_hdf5_region(handle[var.get("source_path") or unit["variable"]], unit["start"], unit["stop"],
+                                         var)
+            except DAMAGED_HDF5_ERRORS as error:
+                if not raised_by_h5py(error):
+                    raise
+                raise BadInputFile(plan["source"], f"the stored data of {unit['variable']} cannot be read "
+                                   f"(damaged, or a filter failed): {damaged_reason(error)}") from None
             if _source_cache is None:
                 handle.close()
     data = np.asarray(data, dtype=dtype)
@@ -1217,22 +1241,34 @@ def rechunk(src, dst, progress: bool = True, **options) -> dict:
     """Plan, run every unit in order, finalize; a progress bar over the bytes copied."""
     from tqdm import tqdm
 
-    plan = plan_rechunk(src, dst, prepare=True, **options)
-    total = sum(
-        math.prod(b - a for a, b in zip(u["start"], u["stop"])) * np.dtype(plan["variables"][u["variable"]]["dtype"]).itemsize
-        for u in plan["units"]
-    )
-    started = time.perf_counter()
-    cache: dict = {}
+    was_absent = _destination_state(dst) == "absent"
+    plan = None
     try:
-        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rechunk", disable=not progress) as bar:
-            for k in range(len(plan["units"])):
-                result = run_unit(plan, k, _source_cache=cache)
-                bar.update(result["bytes"])
-    finally:
-        if cache.get("hdf5") is not None:
-            cache["hdf5"].close()
-    finalize(plan)
+        plan = plan_rechunk(src, dst, prepare=True, **options)
+        total = sum(
+            math.prod(b - a for a, b in zip(u["start"], u["stop"])) * np.dtype(plan["variables"][u["variable"]]["dtype"]).itemsize
+            for u in plan["units"]
+        )
+        started = time.perf_counter()
+        cache: dict = {}
+        try:
+            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rechunk", disable=not progress) as bar:
+                for k in range(len(plan["units"])):
+                    result = run_unit(plan, k, _source_cache=cache)
+                    bar.update(result["bytes"])
+        finally:
+            if cache.get("hdf5") is not None:
+                cache["hdf5"].close()
+        finalize(plan)
+    except BaseException:
+        # Nothing half-written is left behind (an error, Ctrl-C, SIGTERM): the store this call made, or
+        # replaced with --overwrite, goes; a destination refused before anything was written stays.
+        if plan is not None or was_absent:
+            try:
+                _clear_destination(dst)
+            except OSError:  # (the original error is the one to report)
+                pass
+        raise
     seconds = time.perf_counter() - started
     return {
         "destination": str(dst),

@@ -86,6 +86,9 @@ def check_signature(path: str | os.PathLike) -> None:
         raise BadInputFile(path, "no such file")
     if path.is_dir():
         raise BadInputFile(path, "is a directory, not an HDF5 file")
+    from layoutlab.hdf5_input import require_regular_file
+
+    require_regular_file(path)  # (a FIFO would block the read below forever)
     size = path.stat().st_size
     with open(path, "rb") as stream:
         head = stream.read(HEAD_BYTES)

@@ -51,12 +51,13 @@ from layoutlab.convert.preallocate import expected_output_bytes, preallocate, re
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.formats.paged_layout import ancestor_groups  # (one rule: the page model counts the groups walked)
 from layoutlab.formats.sniff import is_netcdf4
+from layoutlab.hdf5_input import open_input
 
 def check_input(path: str | os.PathLike) -> None:
     """Raise ``BadInputFile`` (naming the file and the reason) unless ``path`` is an HDF5 file h5py can open."""
     check_signature(path)
     try:
-        with h5py.File(path, "r"):
+        with open_input(path):
             pass
     except DAMAGED_HDF5_ERRORS as error:
         raise BadInputFile(path, f"HDF5 signature found but the file cannot be opened (truncated or damaged): "
@@ -164,7 +165,7 @@ class _Repacker:
         self.fast = fastcopy.available()
 
     def __enter__(self):
-        self.src = h5py.File(self.src_path, "r", rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=4_099)
+        self.src = open_input(self.src_path, rdcc_nbytes=SOURCE_CHUNK_CACHE, rdcc_nslots=4_099)
         # (a small slot table: every open dataset allocates nslots pointers up front)
         self.src_fd = os.open(self.src_path, os.O_RDONLY)
         self.dst = self._create_destination()

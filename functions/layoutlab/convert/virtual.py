@@ -131,6 +131,36 @@ def _packing(dataset) -> dict | None:
     return found or None
 
 
+def _without_unencodable_attributes(marr, path: str, skipped: list):
+    """``marr`` without the attributes the parser read that have no JSON form (object references into the
+    file, variable-length sequences of numbers...): each is listed in ``skipped`` with the reason."""
+    import dataclasses
+
+    from virtualizarr.manifests import ManifestArray
+
+    attrs = dict(marr.metadata.attributes or {})
+    kept = {}
+    for key, value in attrs.items():
+        try:
+            json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError) as error:
+            skipped.append({"variable": path, "attribute": key,
+                            "reason": f"attribute has no JSON form ({type(error).__name__}: {str(error)[:120]})"})
+            continue
+        kept[key] = value
+    if len(kept) == len(attrs):
+        return marr
+    return ManifestArray(metadata=dataclasses.replace(marr.metadata, attributes=kept), chunkmanifest=marr.manifest)
+
+
+def _same_number(got, value) -> bool:
+    """Equal as numbers; a value that is no number (``scale_factor="x"``, as written) only equal to itself."""
+    try:
+        return bool(np.allclose(np.asarray(got, dtype="f8"), np.asarray(value, dtype="f8")))
+    except (TypeError, ValueError):
+        return got == value
+
+
 def _packing_survives(marr, packing: dict) -> str | None:
     """None when the reference keeps the packed integers and the attributes as the file has them."""
     attrs = dict(marr.metadata.attributes or {})
@@ -140,7 +170,7 @@ def _packing_survives(marr, packing: dict) -> str | None:
             value = value[0]
         if isinstance(got, list) and len(got) == 1:
             got = got[0]
-        if got is None or not np.allclose(np.asarray(got, dtype="f8"), np.asarray(value, dtype="f8")):
+        if got is None or not _same_number(got, value):
             return f"{key} {value!r} became {got!r} in the references"
     for codec in marr.metadata.codecs:  # a codec applying the packing would decode it again on top of CF
         name = str(getattr(codec, "codec_name", "") or type(codec).__name__).lower()
@@ -221,6 +251,8 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
                     # The parser's refusals for one dataset (unsupported codec/layout, odd shapes): that
                     # dataset is inlined and the variant's record says why; the others stay virtual.
                     verdict = ("inline", f"VirtualiZarr's HDF parser: {type(error).__name__}: {str(error)[:200]}")
+            if marr is not None:
+                marr = _without_unencodable_attributes(marr, path, layout.skipped)
             if marr is not None and packing:
                 problem = _packing_survives(marr, packing)
                 layout.packed.append({"variable": path, **packing,

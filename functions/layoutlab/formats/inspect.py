@@ -43,6 +43,8 @@ PAGE_BUFFER_BYTES = 1 << 36
 @contextmanager
 def _open_bytes(location: str):
     """(file object, size) for a local path or an s3:// URL."""
+    from layoutlab.hdf5_input import require_regular_file
+
     if is_s3_url(location):
         S3Location.parse(location)
         fs = s3fs_filesystem(for_url=location)
@@ -60,6 +62,7 @@ def _open_bytes(location: str):
             raise BadInputFile(location, "no such file")
         if path.is_dir():
             raise BadInputFile(location, "is a directory (inspect reads HDF5 / NetCDF files)")
+        require_regular_file(path, location)  # (a FIFO would block the read below forever)
         with open(path, "rb") as stream:
             yield stream, path.stat().st_size
 
@@ -98,6 +101,8 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
 
 def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = False) -> dict:
     import h5py
+
+    from layoutlab.hdf5_input import iter_objects
 
     fcpl = f.id.get_create_plist()
     strategy, persist, threshold = fcpl.get_file_space_strategy()
@@ -171,7 +176,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
             obj.id.chunk_iter(on_chunk)
             chunked.append((path, obj.shape, obj.chunks, obj.dtype.itemsize, first, len(chunk_sizes)))
 
-    f.visititems(visit)
+    for path, obj in iter_objects(f):  # (linear in the objects, whatever their depth)
+        visit(path, obj)
     _unlimited_dimension_lengths(f, netcdf_unlimited_dims, dimensioned)
     raw_bytes = int(sum(s for _, s in extents))
     chunk_sizes_arr = np.asarray(chunk_sizes, dtype="i8")

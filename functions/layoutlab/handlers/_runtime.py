@@ -13,7 +13,12 @@ import os
 from aws_lambda_powertools import Logger, Metrics
 
 from layoutlab import observability as obs
+from layoutlab.process_environment import hide_initial_environment
 from layoutlab.settings import Settings
+
+# Before any user's file is opened: /proc/self/environ (where Lambda's role credentials would show)
+# reads as empty from here on; the process keeps its environment.
+hide_initial_environment()
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", obs.SERVICE))
 metrics = Metrics(namespace=obs.NAMESPACE, service=os.environ.get("POWERTOOLS_SERVICE_NAME", obs.SERVICE))

@@ -46,10 +46,13 @@ def run_bench_case(case: dict, *, store, emit=None) -> dict:
 
 
 def skipped_variant(case: dict, store) -> str | None:
-    """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto), or None."""
+    """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto; or FAILURE:
+    its conversion refused the file), or None."""
     if case.get("variant") in (None, "original"):
         return None
     item = store.get_variant(case["dataset_id"], case["variant"])
+    if item and item.get("status") == "FAILURE":  # (its FAILURE item says why; the case has nothing to read)
+        return f"variant not made: {item.get('reason') or 'its conversion failed'}"
     return (item.get("reason") or "variant skipped") if item and item.get("status") == "SKIPPED" else None
 
 

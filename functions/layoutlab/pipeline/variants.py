@@ -73,19 +73,17 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         finalize(load_plan(spec["uri"]))
         # the work units' own times (summed over parallel tasks) are the conversion's compute time
         detail = store.unit_work(dataset_id, spec["name"])
-    elif spec["kind"] in VIRTUAL_KINDS:
+    else:
         try:
-            detail = _virtual(task, s3)
-        except BadInputFile as error:  # this variant fails; the others go on
-            return _record_failure(store, task, str(error), started)
-    elif spec["kind"] == "icechunk":
-        detail = _icechunk_native(task, s3, memory_mb)
-    elif spec["format"] == "hdf5":
-        detail = _repack(task, s3)
+            detail = _convert_whole(task, s3, memory_mb)
+        except BadInputFile as error:  # this variant fails (named by the upload's key); the others go on
+            _remove_partial_output(s3, spec)
+            return _record_failure(store, task, _named_by_upload(error, task), started)
+        except BaseException:  # our fault or the platform's (the state machine retries or records it): no half variant
+            _remove_partial_output(s3, spec)
+            raise
         if detail.get("status") == "SKIPPED":  # "auto" found paging of no use here: recorded, not failed
             return _record_skipped(store, task, detail, started)
-    else:
-        detail = _rechunk(task, s3, memory_mb)
     done = _record_ready(task, s3, store, detail, started)
     for derived in spec.get("derived") or ():  # references over the variant just published
         sub = {**task, "variant": derived, "over_uri": spec["uri"]}
@@ -95,6 +93,42 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         except BadInputFile as error:
             _record_failure(store, sub, str(error), sub_started)
     return done
+
+
+def _convert_whole(task: dict, s3, memory_mb: int | None) -> dict:
+    spec = task["variant"]
+    if spec["kind"] in VIRTUAL_KINDS:
+        return _virtual(task, s3)
+    if spec["kind"] == "icechunk":
+        return _icechunk_native(task, s3, memory_mb)
+    if spec["format"] == "hdf5":
+        return _repack(task, s3)
+    return _rechunk(task, s3, memory_mb)
+
+
+def _named_by_upload(error: BadInputFile, task: dict) -> str:
+    """The error's text with the scratch copy's path replaced by the upload's S3 location (the user's name)."""
+    source = task["source"]
+    upload = f"s3://{source['bucket']}/{source['key']}"
+    if error.path.startswith("s3://"):
+        return str(error)
+    return f"{upload}: {error.reason}"
+
+
+def _remove_partial_output(s3, spec: dict) -> None:
+    """Delete what a failed conversion wrote under the variant's location (a Zarr/Icechunk prefix, or the key)."""
+    target = S3Location.parse(spec["uri"])
+    prefix = target.key + ("/" if spec["format"] in ("zarr", "icechunk") else "")
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=target.bucket, Prefix=prefix):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])
+                    if prefix.endswith("/") or o["Key"] == target.key]  # (an HDF5 variant: its key only)
+            if keys:
+                s3.delete_objects(Bucket=target.bucket, Delete={"Objects": keys, "Quiet": True})
+    except Exception as error:  # the conversion's own error is the one to report; say that cleanup failed too
+        import logging
+
+        logging.getLogger(__name__).warning("could not remove the partial output under %s: %s", spec["uri"], error)
 
 
 # Variant kinds that reference the original (or a paged variant) instead of copying its chunks.
@@ -234,7 +268,7 @@ def _repack(task: dict, s3) -> dict:
             page_size, paging = choice.page_size, choice.record()
         else:
             paging = {"page_size": int(page_size), "page_size_choice": "set by the plan", "size_budget": budget}
-        summary = run_guarded(repack, source, out, path=original, page_size=page_size,
+        summary = run_guarded(repack, source, out, path=original, page_size=page_size, without_credentials=True,
                               target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
         _publish(s3, out, target)
     result = summary.to_dict()

@@ -1,0 +1,161 @@
+"""Hostile inputs against the CLI (issue 23, rows 7-10, 13): one line naming the file and the true
+reason, nothing half-written left behind, no worker outliving its command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import psutil
+import pytest
+
+from repack_helpers import run_layoutlab
+
+pytestmark = pytest.mark.slow
+
+
+def _corrupt_compressed_chunk(path: Path) -> Path:
+    """A valid file whose one gzip chunk has 20 flipped bytes (its index and everything else intact)."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("z", data=np.random.default_rng(0).random((64, 64)), chunks=(16, 16), compression="gzip")
+        info = f["z"].id.get_chunk_info(3)
+    data = bytearray(path.read_bytes())
+    for i in range(20):
+        data[info.byte_offset + 10 + i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _scrambled_metadata(path: Path) -> Path:
+    """Random bytes over the file's group B-tree and heaps, after the superblock."""
+    with h5py.File(path, "w", libver="earliest") as f:
+        for i in range(30):
+            f[f"v{i}"] = np.arange(100)
+    data = bytearray(path.read_bytes())
+    rng = np.random.default_rng(1)
+    data[800:2400] = rng.integers(0, 256, 1600, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _deep_groups(path: Path, depth: int) -> Path:
+    with h5py.File(path, "w") as f:
+        group = f
+        for _ in range(depth):
+            group = group.create_group("g")
+        group["x"] = np.arange(3, dtype="f4")
+    return path
+
+
+@pytest.mark.parametrize("make", [_corrupt_compressed_chunk, _scrambled_metadata])
+def test_rechunk_of_a_damaged_file_is_one_line_naming_it_and_leaves_no_output(make, tmp_path):
+    source = make(tmp_path / "damaged.h5")
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress")
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(source) in lines[0] and "damaged" in lines[0], stderr
+    assert not out.exists()
+
+
+def test_a_fifo_is_refused_by_every_command_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "upload.h5"
+    os.mkfifo(fifo)
+    for args in (("inspect", fifo), ("rechunk", fifo, tmp_path / "o.zarr"), ("repack", fifo, tmp_path / "o.h5")):
+        code, _, stderr, _ = run_layoutlab(*args, timeout=60)
+        assert code == 2 and "FIFO" in stderr and "Traceback" not in stderr, (args, stderr)
+
+
+def test_groups_nested_2000_deep_are_rechunked_and_inspected(tmp_path):
+    source = _deep_groups(tmp_path / "deep.h5", 2000)
+    with h5py.File(source, "a") as f:
+        f["g/g/shallow"] = np.arange(4, dtype="i2")
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, tmp_path / "deep.zarr", "--no-progress", timeout=600)
+    assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
+    import json
+
+    import zarr
+
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "deep.zarr", read_only=True), mode="r")
+    assert np.array_equal(root["g/g/shallow"][...], np.arange(4, dtype="i2"))
+    reasons = [s["reason"] for s in json.loads(stdout)["skipped"]]
+    assert any("S3's 1024-byte limit" in r for r in reasons), reasons
+    code, stdout, stderr, _ = run_layoutlab("inspect", source, timeout=600)
+    assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
+
+
+# -- stopped while writing ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def big_grid(tmp_path_factory):
+    from layoutlab.samples import geos
+
+    return geos.write_geos(tmp_path_factory.mktemp("big") / "grid.nc", shape=(400, 181, 288))
+
+
+def _start(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "layoutlab.cli", *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def _leftovers(directory: Path, before: set) -> set:
+    return {p.name for p in directory.iterdir()} - before
+
+
+@pytest.mark.parametrize("command", ["rechunk", "repack"])
+def test_sigterm_while_writing_removes_the_partial_output_and_stops_the_worker(command, big_grid, tmp_path):
+    out = tmp_path / ("out.zarr" if command == "rechunk" else "out.h5")
+    extra = ["--no-progress", "--chunks", "time=400,lat=10,lon=10"] if command == "rechunk" else ["--page-size", "64KiB"]
+    before = {p.name for p in tmp_path.iterdir()}
+    process = _start(command, big_grid, out, *extra)
+    workers = []
+
+    def writing():
+        workers[:] = psutil.Process(process.pid).children(recursive=True) if process.poll() is None else workers
+        if command == "rechunk":
+            return out.exists() and any((out / "BCEXTTAU").glob("c/*")) if (out / "BCEXTTAU").exists() else False
+        return any(name.startswith(f".{out.name}.partial") or name.startswith(f"{out.name}.partial")
+                   for name in _leftovers(tmp_path, before))
+
+    assert _wait_for(writing, process), f"{command} ended before it wrote anything: {process.stderr.read()}"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert "SIGTERM" in stderr and "Traceback" not in stderr
+    assert _leftovers(tmp_path, before) == set()
+    time.sleep(0.5)
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_worker_dies_with_its_parent_even_when_the_parent_is_killed(big_grid, tmp_path):
+    out = tmp_path / "out.h5"
+    process = _start("repack", big_grid, out, "--page-size", "64KiB")
+    workers = []
+
+    def forked():
+        if process.poll() is None:
+            workers[:] = psutil.Process(process.pid).children(recursive=True)
+        return bool(workers)
+
+    assert _wait_for(forked, process), "repack ended before it forked its worker"
+    process.kill()
+    process.communicate(timeout=60)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == []
