@@ -159,3 +159,36 @@ def test_a_worker_dies_with_its_parent_even_when_the_parent_is_killed(big_grid, 
     process.communicate(timeout=60)
     gone, alive = psutil.wait_procs(workers, timeout=10)
     assert alive == []
+
+
+def test_repack_of_a_file_with_a_corrupt_compressed_chunk_is_refused_naming_it(tmp_path):
+    """The chunk's bytes copy faithfully (its index is intact); --verify (the default) decodes them."""
+    source = _corrupt_compressed_chunk(tmp_path / "corrupt.h5")
+    out = tmp_path / "paged.h5"
+    code, _, stderr, _ = run_layoutlab("repack", source, out)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert str(source) in stderr and "cannot be decoded (damaged data)" in stderr and "/z" in stderr, stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["corrupt.h5"]
+
+
+def test_an_attribute_larger_than_zarr_metadata_should_hold_is_left_out_with_the_reason(tmp_path):
+    from layoutlab.convert.rechunk_zarr import MAX_ATTRIBUTE_BYTES
+
+    source = tmp_path / "big-attribute.h5"
+    with h5py.File(source, "w", libver="latest") as f:  # (dense attribute storage holds any size)
+        f["x"] = np.arange(3, dtype="f4")
+        f.attrs["history"] = "a" * (MAX_ATTRIBUTE_BYTES + 1)  # variable-length: its size known once read
+        f["x"].attrs["notes"] = np.frombuffer(b"b" * (MAX_ATTRIBUTE_BYTES + 1), dtype="S1")  # fixed-size
+        f["x"].attrs["units"] = "K"
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress")
+    assert code == 0, stderr
+    import json
+
+    skipped = {(s["variable"], s.get("attribute")): s["reason"] for s in json.loads(stdout)["skipped"]}
+    assert {("/", "history"), ("x", "notes")} <= set(skipped), skipped
+    assert all("MiB" in skipped[k] for k in (("/", "history"), ("x", "notes")))
+    assert sum(p.stat().st_size for p in out.rglob("zarr.json")) < 64 * 1024
+    import zarr
+
+    assert zarr.open_group(zarr.storage.LocalStore(out, read_only=True), mode="r")["x"].attrs["units"] == "K"

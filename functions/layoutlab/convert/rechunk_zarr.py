@@ -391,6 +391,41 @@ class _AttrView:
         self.attrs = Attributes(obj.attrs, None, h5py)
 
 
+# An attribute is metadata: each copy lands in zarr.json, which every reader downloads and parses whole.
+# Real products' largest (ISO/XML metadata, long histories) are a few hundred KB; a larger one is left
+# out with the reason instead of being held, JSON-encoded and written several times over (a 300 MiB
+# string attribute took rechunk to 1.79 GB of memory and a 314 MB zarr.json).
+MAX_ATTRIBUTE_BYTES = 16 * 2**20
+
+
+def _too_large(size: int) -> str:
+    return (f"attribute of {size / 2**20:.1f} MiB: larger than the {MAX_ATTRIBUTE_BYTES // 2**20} MiB an attribute "
+            "may hold in a Zarr store's metadata (every reader downloads zarr.json whole)")
+
+
+def _attribute_bytes(obj, key: str) -> int:
+    """Stored bytes of a fixed-size attribute's value (0 where unknown before reading: variable-length)."""
+    import h5py
+
+    try:
+        attr = h5py.h5a.open(obj.id, key.encode("utf-8", "surrogateescape"))
+        if attr.get_type().is_variable_str() or isinstance(attr.get_type(), h5py.h5t.TypeVlenID):
+            return 0
+        return int(attr.get_storage_size())
+    except (OSError, KeyError, ValueError, TypeError, AttributeError):
+        return 0
+
+
+def _value_bytes(value) -> int:
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "O":
+            return int(sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in value.ravel()))
+        return int(value.nbytes)
+    return 0
+
+
 def _read_attrs(obj, owner: str, skipped: list) -> dict:
     """Attributes as xarray's h5netcdf backend reads them; one that cannot be read is listed in ``skipped``."""
     from h5netcdf.attrs import _HIDDEN_ATTRS
@@ -401,8 +436,16 @@ def _read_attrs(obj, owner: str, skipped: list) -> dict:
     for key in list(obj.attrs.keys()):
         if key in _HIDDEN_ATTRS:
             continue
+        stored = _attribute_bytes(obj, key)
+        if stored > MAX_ATTRIBUTE_BYTES:  # (known before reading it for fixed-size values)
+            skipped.append({"variable": owner, "attribute": key, "reason": _too_large(stored)})
+            continue
         try:
             value = view.attrs[key]
+            held = _value_bytes(value)
+            if held > MAX_ATTRIBUTE_BYTES:  # a variable-length value: known once read
+                skipped.append({"variable": owner, "attribute": key, "reason": _too_large(held)})
+                continue
             out.update(_read_attributes(type("One", (), {"name": view.name, "attrs": {key: value}})()))
         except _HDF5_READ_ERRORS as error:
             skipped.append({"variable": owner, "attribute": key,

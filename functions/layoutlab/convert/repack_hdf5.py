@@ -1168,6 +1168,8 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
     if same_chunks and not _needs_walk(tid):
         if not _same_stored_chunks(a, b):
             problems.append(f"{a.name}: stored chunks differ")
+        elif _filters(dcpl_a):  # the same bytes prove a faithful copy, not readable data: decode them once
+            _decode_every_chunk(a, block_bytes)
         return
     if a.id.get_storage_size() == 0 and b.id.get_storage_size() == 0:
         return  # nothing written in either: both read as fill (or undefined) values
@@ -1176,6 +1178,20 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
                                    shape=tuple(s.stop - s.start for s in selection)):
             problems.append(f"{a.name}: values differ in {selection}")
             return
+
+
+def _decode_every_chunk(dataset: h5py.Dataset, block_bytes: int) -> None:
+    """Run the filters over every stored chunk of ``dataset`` (the input's); a chunk they cannot decode is
+    damage in the input, named as such (a copy of its bytes would be as unreadable as the original)."""
+    for selection in _blocks(dataset.shape, dataset.chunks, dataset.id.get_type().get_size(), block_bytes):
+        try:
+            dataset[selection]
+        except OSError as error:
+            if _missing_filters(dataset):
+                raise  # (compare_files names the missing plugin)
+            where = ", ".join(f"{part.start}:{part.stop}" for part in selection)
+            raise BadInputFile(dataset.file.filename, f"a stored chunk of {dataset.name} in [{where}] cannot be "
+                                                      f"decoded (damaged data): {damaged_reason(error)}") from None
 
 
 def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:

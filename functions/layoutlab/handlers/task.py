@@ -38,10 +38,16 @@ def run_task(kind: str, payload_text: str | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else ""
+    from layoutlab.errors import Terminated, unwind_on_sigterm
+
+    unwind_on_sigterm()  # ECS stops a task with SIGTERM: the convert step then deletes what it half wrote
     try:
         result = run_task(kind, os.environ.get(PAYLOAD_ENV))
     except SystemExit:
         raise
+    except Terminated as stop:
+        print(f"layoutlab task {kind}: {stop}; partial outputs removed", file=sys.stderr)
+        return 143
     except Exception as error:  # the task's exit status is its only channel back to Step Functions
         print(f"layoutlab task {kind}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
