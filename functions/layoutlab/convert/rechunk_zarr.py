@@ -412,7 +412,7 @@ def _attribute_bytes(obj, key: str) -> int:
         if attr.get_type().is_variable_str() or isinstance(attr.get_type(), h5py.h5t.TypeVlenID):
             return 0
         return int(attr.get_storage_size())
-    except (OSError, KeyError, ValueError, TypeError, AttributeError):
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError):  # (an empty attribute: 0)
         return 0
 
 
@@ -534,7 +534,12 @@ def _describe_hdf5(f) -> dict:
         described.append((path, name, ds, dims, scales))
     for path, name, ds, dims, scales in described:
         shape = tuple(max(int(n), unlimited.get(a, 0)) if a is not None else int(n) for n, a in zip(ds.shape, scales))
-        kind, reason = _data_kind(ds)
+        try:
+            kind, reason = _data_kind(ds)
+        except _HDF5_READ_ERRORS as error:  # a type h5py cannot map (HDF5 1.12 references): not this variable
+            if not raised_by_h5py(error):
+                raise
+            kind, reason = "other", f"its data type cannot be read by h5py ({damaged_reason(error)})"
         reason = data_outside_file(ds) or reason  # never read, whatever its type
         if reason is None and math.prod(ds.shape) > 0:
             try:  # one element: a filter without its plugin, missing external raw data, no conversion path
