@@ -125,7 +125,7 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
         if spec["kind"] == "original":
             store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")
-        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url)):
+        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url, settings.ceilings)):
             # Units of every stage go into the one Map, stage 0 first (the plan's order), so
             # a stage-1 unit rarely finds a stage-0 unit it reads not done yet (it then runs it).
             work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
@@ -174,9 +174,9 @@ def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
     return options
 
 
-def _prepare_rechunk(spec: dict, source_url: str) -> int:
+def _prepare_rechunk(spec: dict, source_url: str, ceilings: Ceilings) -> int:
     """Stage the target and return its number of work units (of all stages: they run in any order)."""
     from layoutlab.convert.rechunk_zarr import plan_rechunk
 
-    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, **rechunk_options(spec))
+    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, ceilings=ceilings, **rechunk_options(spec))
     return len(rechunk_plan["units"])
