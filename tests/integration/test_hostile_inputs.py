@@ -40,7 +40,8 @@ def declared_grid(path: Path, shape: tuple[int, int, int] = TRILLION) -> Path:
         for name, size in zip(("time", "lat", "lon"), shape):
             nc.createDimension(name, size)
             nc.createVariable(name, "f8", (name,))
-        var = nc.createVariable("T", "f4", ("time", "lat", "lon"), chunksizes=(100, 100, 100), fill_value=1.5)
+        var = nc.createVariable("T", "f4", ("time", "lat", "lon"), chunksizes=tuple(min(100, n) for n in shape),
+                                fill_value=1.5)
         var.units = "K"
     return path
 
