@@ -131,14 +131,27 @@ def schema_problems(plan) -> list[str]:
     return [_schema_error_line(e) for e in [first, *others]]
 
 
+def field_path(parts) -> str:
+    """``variants[0].chunks.time`` for the path parts of a plan's field; odd names quoted, so one line."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part!r}]"
+    return path or "plan"
+
+
 def _schema_error_line(error) -> str:
     """``field: reason`` in the plan author's terms: the field's path, and what the schema expects there
     (its ``description`` where a bare 'not valid under any of the given schemas' would say nothing)."""
-    path = error.json_path.removeprefix("$").removeprefix(".") or "plan"
+    path = field_path(error.absolute_path)
     if error.validator == "additionalProperties":
         unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        where = "" if path == "plan" else f"{path}."
-        return (f"{where}{unknown[0]}: unknown field; known: {', '.join(error.schema.get('properties', {}))}")
+        return (f"{field_path([*error.absolute_path, unknown[0]])}: unknown field; known: "
+                f"{', '.join(error.schema.get('properties', {}))}")
     if error.validator in ("anyOf", "pattern") and error.schema.get("description"):
         return f"{path}: {error.instance!r} is not {error.schema['description']}"
     return f"{path}: {error.message}"
