@@ -25,8 +25,11 @@ ENV_VARIABLE = "LAYOUTLAB_CEILINGS"
 # Whatever its compression, an input may always declare this much: small files are cheap to convert
 # whatever their ratio, and the expansion ceiling is about small uploads declaring huge arrays.
 EXPANSION_FLOOR_BYTES = 2**30
-# HDF5's smallest file-space page (H5Pset_file_space_page_size refuses less).
-MIN_PAGE_SIZE = 4096
+# Pages up to this size are allowed whatever the input's size: it is repack-paged's default page size
+# (docs/pipeline-and-plans.md), so a small file keeps the plans written for big ones, at a bounded cost
+# (a paged copy of a tiny file is a few such pages). Above it, a page may be at most
+# max_page_size_input_ratio x the input.
+PAGE_SIZE_ALWAYS_ALLOWED = 8 * 2**20
 
 
 class CeilingError(UserError):
@@ -52,8 +55,8 @@ class Ceilings:
     max_variant_bytes: int = 2**40
     # declared uncompressed bytes per stored input byte (above EXPANSION_FLOOR_BYTES)
     max_expansion: float = 1000.0
-    # an explicit page size may be at most this times the input's size (a page larger than the file
-    # only pads it: 1 GiB pages turned a 28,925-byte upload into a 2 GiB variant)
+    # an explicit page size above PAGE_SIZE_ALWAYS_ALLOWED may be at most this times the input's size (a page
+    # larger than the file only pads it: 1 GiB pages turned a 28,925-byte upload into a 2 GiB variant)
     max_page_size_input_ratio: float = 1.0
 
     @classmethod
@@ -94,7 +97,7 @@ class Ceilings:
 
     def max_page_size(self, input_bytes: int) -> int:
         """The largest explicit page size for an input of ``input_bytes``."""
-        return max(MIN_PAGE_SIZE, int(input_bytes * self.max_page_size_input_ratio))
+        return max(PAGE_SIZE_ALWAYS_ALLOWED, int(input_bytes * self.max_page_size_input_ratio))
 
     def max_declared_bytes(self, input_bytes: int | None) -> int:
         """Uncompressed bytes a conversion of an input of ``input_bytes`` may write (None: size unknown)."""

@@ -70,7 +70,7 @@ HOSTILE_PLANS = {
               "cases: up to 238,896 is over this environment's ceiling max_cases"),
     "page-1GiB": ({"variants": [{"kind": "repack-paged", "page_size": "1GiB"}]},
                   "variants[0].page_size: 1GiB = 1,073,741,824 is over this environment's ceiling "
-                  "max_page_size_input_ratio x the input"),
+                  "max_page_size_input_ratio x the input = 8,388,608"),
     "17-variants": ({"variants": [rechunk_variant([i + 1, 10, 10]) for i in range(17)]},
                     "variants: a count of 17 is over this environment's ceiling max_variants = 16"),
     "unknown-field": ({"repetitons": 2}, "repetitons: unknown field; known: name, description, variants"),

@@ -8,7 +8,6 @@ anything runs; a conversion counts the objects and bytes the declared shapes mak
 from __future__ import annotations
 
 import json
-import math
 
 import jsonschema
 import pytest
@@ -109,7 +108,8 @@ def test_hostile_plans_name_the_field(plan, field):
     ({"variants": [{"kind": "rechunk-zarr", "chunks": [i + 1, 10, 10]} for i in range(17)]},
      "variants: a count of 17", "max_variants = 16"),
     ({"variants": [{"kind": "repack-paged", "page_size": "1GiB"}]}, "variants[0].page_size: 1GiB = 1,073,741,824",
-     "max_page_size_input_ratio x the input = 28,925"),
+     "max_page_size_input_ratio x the input = 8,388,608 (cdk.json ceilings, LAYOUTLAB_CEILINGS; a 28,925-byte "
+     "input, ratio 1, and 8MiB always)"),
 ])
 def test_a_plan_over_a_ceiling_names_the_field_the_estimate_and_the_ceiling(override, field, ceiling):
     ceilings = Ceilings(max_repetitions=20)
@@ -125,11 +125,11 @@ def test_ceilings_are_the_environments():
     with pytest.raises(PlanError, match="max_cases"):
         plans.merge_plan(plan)
     assert plans.merge_plan(plan, ceilings=Ceilings(max_cases=200_000))["scaling"]["workers"] == [200] * 5
-    paged = {"variants": [{"kind": "repack-paged", "page_size": "8MiB"}]}
+    paged = {"variants": [{"kind": "repack-paged", "page_size": "16MiB"}]}
     with pytest.raises(PlanError, match="page_size"):
         plans.merge_plan(paged, input_bytes=2**20)
-    plans.merge_plan(paged, input_bytes=2**23)
-    plans.merge_plan(paged, input_bytes=2**20, ceilings=Ceilings(max_page_size_input_ratio=8))
+    plans.merge_plan(paged, input_bytes=2**24)
+    plans.merge_plan(paged, input_bytes=2**20, ceilings=Ceilings(max_page_size_input_ratio=16))
 
 
 @settings(max_examples=100, deadline=None)
@@ -250,6 +250,8 @@ def test_keys_the_readers_cannot_address_are_named(key, refused):
     assert (reason is None) if refused is None else (refused in reason)
 
 
-def test_page_size_ceiling_never_refuses_the_smallest_page():
-    assert Ceilings().max_page_size(100) == 4096
-    assert math.isclose(Ceilings(max_page_size_input_ratio=0.5).max_page_size(2**20), 2**19)
+def test_the_default_page_size_is_allowed_for_any_input_and_larger_pages_follow_the_input():
+    """8 MiB (repack-paged's default) whatever the size: the plans of the test suite page 80 KB samples at 1 MiB."""
+    assert Ceilings().max_page_size(100) == 8 * 2**20
+    assert Ceilings(max_page_size_input_ratio=0.5).max_page_size(2**30) == 2**29
+    plans.merge_plan({"variants": [{"kind": "repack-paged"}]}, input_bytes=27_294)  # 8MiB by default

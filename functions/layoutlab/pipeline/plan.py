@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from layoutlab.ceilings import CeilingError, Ceilings
+from layoutlab.ceilings import PAGE_SIZE_ALWAYS_ALLOWED, CeilingError, Ceilings
 from layoutlab.ceilings import over as ceiling_over
 from layoutlab.errors import UserError
 from layoutlab.units import parse_size, size_label  # noqa: F401  (the one size parser; plans' sizes are its)
@@ -300,7 +300,8 @@ def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = Non
             if parse_size(page) > largest:
                 raise ceiling_over(f"variants[{i}].page_size", f"{page} =", parse_size(page),
                                    "max_page_size_input_ratio x the input", largest,
-                                   note=f"a {input_bytes:,}-byte input, ratio {ceilings.max_page_size_input_ratio:g}")
+                                   note=f"a {input_bytes:,}-byte input, ratio {ceilings.max_page_size_input_ratio:g}, "
+                                        f"and {size_label(PAGE_SIZE_ALWAYS_ALLOWED)} always")
 
 
 def check_dataset_ceilings(plan: dict, specs: list[dict], facts: DatasetFacts, ceilings: Ceilings) -> None:
