@@ -47,8 +47,9 @@ class Ceilings:
     max_repetitions: int = 100
     # the largest worker count N of a scaling study (N cases side by side)
     max_scaling_workers: int = 256
-    # a rechunk-zarr / icechunk chunk must hold at least this many elements (or the whole array)
-    min_chunk_elements: int = 64
+    # a rechunk-zarr / icechunk chunk must hold at least this many elements (or the whole array): a floor
+    # against one object per element ([1, 1, 1]); the cost of many objects is max_objects_per_variant's
+    min_chunk_elements: int = 16
     # objects (chunks, or shards when sharded) one Zarr / Icechunk variant may write
     max_objects_per_variant: int = 1_000_000
     # uncompressed bytes one conversion may write, from the shapes the file declares

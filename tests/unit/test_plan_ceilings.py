@@ -104,7 +104,7 @@ def test_hostile_plans_name_the_field(plan, field):
     ({"repetitions": 100, "max_repetitions": 100}, "repetitions: asks for 100", "max_repetitions = 20"),
     ({"scaling": {"workers": [200] * 5}}, "cases: up to 199,296", "max_cases = 20,000"),
     ({"variants": [{"kind": "rechunk-zarr", "chunks": [1, 1, 1]}]}, "variants[0].chunks: a chunk of 1",
-     "minimum min_chunk_elements = 64"),
+     "minimum min_chunk_elements = 16"),
     ({"variants": [{"kind": "rechunk-zarr", "chunks": [i + 1, 10, 10]} for i in range(17)]},
      "variants: a count of 17", "max_variants = 16"),
     ({"variants": [{"kind": "repack-paged", "page_size": "1GiB"}]}, "variants[0].page_size: 1GiB = 1,073,741,824",
@@ -175,7 +175,7 @@ def test_the_plan_step_refuses_chunks_that_make_too_many_objects_from_the_grid()
     # a chunk dimension the plan leaves out is the whole axis: only the grid tells how small a chunk is
     tiny = plans.merge_plan({"variants": [{"kind": "rechunk-zarr", "chunks": {"time": 1, "lat": 2}}]})
     tiny_specs = plans.variant_specs(tiny, DatasetFacts(kind="grid", grid_shape=(10, 10, 3)))
-    with pytest.raises(PlanError, match="a chunk of 6 is under this environment's minimum min_chunk_elements = 64"):
+    with pytest.raises(PlanError, match="a chunk of 6 is under this environment's minimum min_chunk_elements = 16"):
         plans.check_dataset_ceilings(tiny, tiny_specs, DatasetFacts(kind="grid", grid_shape=(10, 10, 3)), Ceilings())
     # an array smaller than the minimum is one chunk, and that is fine
     small = DatasetFacts(kind="grid", grid_shape=(2, 3, 4))
