@@ -153,13 +153,16 @@ class ComputeStack(Stack):
             "summarize": self._summarize_permissions,
             "record_failure": lambda role: policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn]),
         }
+        ceilings = config.ceilings.to_json()  # the same ceilings wherever work is estimated
         extra_environment = {
             "ingest": {
+                "LAYOUTLAB_CEILINGS": ceilings,
                 "LAYOUTLAB_IDEMPOTENCY_TABLE": self.names["idempotency_table"],
                 "LAYOUTLAB_STATE_MACHINE_ARN": self.state_machine_arn,
                 "LAYOUTLAB_MAX_INPUT_BYTES": str(config.max_input_bytes),
             },
             "plan": {
+                "LAYOUTLAB_CEILINGS": ceilings,
                 "LAYOUTLAB_PLATFORMS": json.dumps(platforms, sort_keys=True),
                 "LAYOUTLAB_FARGATE_CONVERT_ABOVE_BYTES": str(config.fargate_convert_above_bytes),
                 "LAYOUTLAB_WORK_UNITS_ABOVE_BYTES": str(config.work_units_above_bytes),
@@ -167,7 +170,7 @@ class ComputeStack(Stack):
                 "LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE": str(config.tolerated_failure_percentage),
             },
             "bench": {"LAYOUTLAB_PLATFORM": lambda_platform},
-            "convert": {"LAYOUTLAB_PLATFORM": convert_platforms["lambda"]},
+            "convert": {"LAYOUTLAB_PLATFORM": convert_platforms["lambda"], "LAYOUTLAB_CEILINGS": ceilings},
         }
         self.functions: dict[str, lambda_.Function] = {}
         for name, grant in permissions.items():
@@ -247,7 +250,7 @@ class ComputeStack(Stack):
             "convert",
             config.convert_task,
             lambda role: self._convert_and_bench_permissions(role, write=True),
-            {"LAYOUTLAB_PLATFORM": convert_platforms["fargate"]},
+            {"LAYOUTLAB_PLATFORM": convert_platforms["fargate"], "LAYOUTLAB_CEILINGS": config.ceilings.to_json()},
         )
         self.bench_task = self._task_definition(
             "bench",

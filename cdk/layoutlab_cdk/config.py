@@ -107,6 +107,10 @@ class EnvConfig:
     # create cannot delete the new table (DeleteTable is refused) and the retry fails on the
     # name: deploy the first time with false, turn it on once the stacks exist (docs/deploy.md).
     table_deletion_protection: bool = False
+    # How much work one upload may ask for (layoutlab/ceilings.py: cases, variants, chunk objects,
+    # declared bytes, page size against the input); given to ingest, plan and convert as
+    # LAYOUTLAB_CEILINGS. Keys not set keep layoutlab's defaults.
+    ceilings: Any = None
 
     @property
     def destroy_on_delete(self) -> bool:
@@ -175,6 +179,16 @@ def _require(mapping: dict[str, Any], key: str, where: str) -> Any:
     return mapping[key]
 
 
+def _ceilings(raw: Any, where: str):
+    from layoutlab.ceilings import Ceilings
+    from layoutlab.errors import UserError
+
+    try:
+        return Ceilings.from_mapping(raw, where)
+    except UserError as error:
+        raise ConfigError(str(error)) from None
+
+
 def load(context: dict[str, Any], env_name: str | None, *, check: bool = True) -> EnvConfig:
     """Build the EnvConfig of ``env_name`` from the app's context dictionary.
 
@@ -211,6 +225,7 @@ def load(context: dict[str, Any], env_name: str | None, *, check: bool = True) -
         alarm_email=raw.get("alarm_email") or None,
         noncurrent_versions_expire_days=int(raw.get("noncurrent_versions_expire_days", 0)),
         table_deletion_protection=bool(raw.get("table_deletion_protection", False)),
+        ceilings=_ceilings(raw.get("ceilings", {}), f"cdk.json: {where}.ceilings"),
     )
     problems = validate(config) if check else []
     if problems:

@@ -8,8 +8,10 @@ handled — not as a KeyError deep inside a handler.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+from layoutlab.ceilings import ENV_VARIABLE as CEILINGS_VARIABLE
+from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
 
 
@@ -26,6 +28,8 @@ class Settings:
     idempotency_table: str = ""
     max_input_bytes: int = 50 * 2**30
     environment: str = "local"
+    # how much work one upload may ask for (cdk.json's ceilings, as JSON)
+    ceilings: Ceilings = field(default_factory=Ceilings)
 
     ENV = {
         "results_table": "LAYOUTLAB_RESULTS_TABLE",
@@ -35,6 +39,7 @@ class Settings:
         "idempotency_table": "LAYOUTLAB_IDEMPOTENCY_TABLE",
         "max_input_bytes": "LAYOUTLAB_MAX_INPUT_BYTES",
         "environment": "LAYOUTLAB_ENV",
+        "ceilings": CEILINGS_VARIABLE,
     }
 
     @classmethod
@@ -42,12 +47,15 @@ class Settings:
                  environ=None) -> "Settings":
         environ = os.environ if environ is None else environ
         values, missing = {}, []
-        for field in fields(cls):
-            name = cls.ENV[field.name]
+        for setting in fields(cls):
+            name = cls.ENV[setting.name]
             if name in environ and environ[name] != "":
                 raw = environ[name]
-                values[field.name] = int(raw) if field.type in (int, "int") else raw
-            elif field.name in required:
+                if setting.name == "ceilings":
+                    values[setting.name] = Ceilings.from_json(raw, where=name)
+                else:
+                    values[setting.name] = int(raw) if setting.type in (int, "int") else raw
+            elif setting.name in required:
                 missing.append(name)
         if missing:
             raise MissingSettings("missing environment variable(s): " + ", ".join(missing))
@@ -55,4 +63,7 @@ class Settings:
 
     def as_environment(self) -> dict[str, str]:
         """The variables that reproduce these settings (used to start local tasks)."""
-        return {self.ENV[f.name]: str(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) != ""}
+        def text(value) -> str:
+            return value.to_json() if isinstance(value, Ceilings) else str(value)
+
+        return {self.ENV[f.name]: text(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) != ""}

@@ -34,10 +34,11 @@ class S3Location:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"not an s3:// URL: {url!r}")
-        # Keys may hold '?' and '#': take the key from the raw text, not urlparse's path.
+        # Keys may hold '?' and '#': take the key from the raw text, not urlparse's path. The version
+        # query is the one ``versioned_url`` appends, so the last one (a key may hold the same text).
         key = str(url)[len("s3://") + len(parsed.netloc):].lstrip("/")
-        key, _, version_id = key.partition(VERSION_QUERY)
-        return cls(bucket=parsed.netloc, key=key, version_id=version_id or None)
+        key, version_id = _split_version(key)
+        return cls(bucket=parsed.netloc, key=key, version_id=version_id)
 
     @property
     def url(self) -> str:
@@ -49,8 +50,16 @@ def versioned_url(bucket: str, key: str, version_id: str | None = None) -> str:
     return f"s3://{bucket}/{key}" + (f"{VERSION_QUERY}{version_id}" if version_id else "")
 
 
+def _split_version(text: str) -> tuple[str, str | None]:
+    """``(text, None)``, or the text before the last ``?versionId=`` and the version after it."""
+    head, found, version_id = str(text).rpartition(VERSION_QUERY)
+    if not found or not version_id:
+        return str(text), None
+    return head, version_id
+
+
 def unversioned_url(url: str) -> str:
-    return str(url).partition(VERSION_QUERY)[0]
+    return _split_version(url)[0]
 
 
 def s3_endpoint_url() -> str | None:

@@ -129,3 +129,21 @@ def test_deletion_protection_cannot_be_combined_with_a_stack_that_deletes_its_ta
     environment(context, "dev")["table_deletion_protection"] = True
     with pytest.raises(cdk_config.ConfigError, match="table_deletion_protection=true with removal_policy 'destroy'"):
         cdk_config.load(context, "dev")
+
+
+@pytest.mark.parametrize("ceilings, expected", [
+    ({"max_cases": 5000, "max_casse": 10}, "dev.ceilings: unknown ceiling(s) max_casse"),
+    ({"max_cases": -1}, "dev.ceilings: ceiling max_cases must be a positive integer, got -1"),
+    ({"max_expansion": "lots"}, "dev.ceilings: ceiling max_expansion must be a positive number, got 'lots'"),
+])
+def test_a_ceiling_that_is_not_one_is_refused_at_synth_naming_it(context, ceilings, expected):
+    environment(context, "dev")["ceilings"] = ceilings
+    with pytest.raises(cdk_config.ConfigError, match=re.escape(expected)):
+        cdk_config.load(context, "dev")
+
+
+def test_an_environment_without_ceilings_gets_layoutlabs_defaults(context):
+    from layoutlab.ceilings import Ceilings
+
+    del environment(context, "dev")["ceilings"]
+    assert cdk_config.load(context, "dev").ceilings == Ceilings()

@@ -301,3 +301,23 @@ def test_asset_staging_keeps_the_image_context_small(dev):
     assert sorted(p.name for p in (context / "layers" / "build").iterdir()) == ["dependencies", "function"]
     assert sorted(p.name for p in (context / "layers" / "build" / "dependencies").iterdir()) == ["python"]
     assert not list(context.rglob("__pycache__"))
+
+
+@pytest.mark.parametrize("env_fixture", ["dev", "prod"])
+def test_every_function_and_task_that_estimates_work_gets_the_environments_ceilings(env_fixture, request):
+    """cdk.json's ceilings reach ingest (plans), plan (objects per variant) and convert, function and task
+    (declared shapes), as the JSON layoutlab.ceilings reads; dev and prod differ."""
+    from layoutlab.ceilings import Ceilings
+
+    synth = request.getfixturevalue(env_fixture)
+    functions = {f["Properties"]["Handler"]: f["Properties"]
+                 for f in synth.resources("compute", "AWS::Lambda::Function").values() if "Handler" in f["Properties"]}
+    raw = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["layoutlab:environments"][synth.config.name]
+    expected = Ceilings.from_mapping(raw["ceilings"])
+    assert synth.config.ceilings == expected
+    for name in ("ingest", "plan", "convert"):
+        env = functions[f"layoutlab.handlers.{name}.handler"]["Environment"]["Variables"]
+        assert Ceilings.from_json(env["LAYOUTLAB_CEILINGS"]) == expected, name
+    tasks = {t["Properties"]["Family"]: t["Properties"] for t in synth.resources("compute", "AWS::ECS::TaskDefinition").values()}
+    (container,) = tasks[synth.config.task_family("convert")]["ContainerDefinitions"]
+    assert Ceilings.from_json({e["Name"]: e["Value"] for e in container["Environment"]}["LAYOUTLAB_CEILINGS"]) == expected

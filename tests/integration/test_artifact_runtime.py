@@ -16,7 +16,7 @@ import pytest
 from layoutlab.local import artifact_runtime, dispatch
 from layoutlab.local.artifact_runtime import Artifacts, TaskHost
 
-ONLY_IN_THE_VENV = ["moto", "pytest", "hypothesis", "jsonschema"]  # dev/local extras, not in the layer
+ONLY_IN_THE_VENV = ["moto", "pytest", "hypothesis"]  # dev/local extras, not in the layer (jsonschema is: plans)
 
 
 @pytest.fixture(scope="module")

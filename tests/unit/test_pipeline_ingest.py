@@ -139,7 +139,7 @@ def test_object_metadata_names_a_plan_stored_under_plans(cloud, tmp_path):
 
 
 @pytest.mark.parametrize("plan_body, reason", [(None, "not found"), (b"{nope", "not valid JSON"),
-                                               (json.dumps({"repetitions": 0}).encode(), "'repetitions'")])
+                                               (json.dumps({"repetitions": 0}).encode(), "repetitions: 0 is less than the minimum of 1")])
 def test_a_missing_or_bad_plan_rejects_the_upload(cloud, tmp_path, plan_body, reason):
     if plan_body is not None:
         cloud[0].put_object(Bucket="ingest", Key="plans/broken.json", Body=plan_body)

@@ -23,6 +23,6 @@ def test_a_metadata_read_that_spins_is_stopped_and_names_the_upload(monkeypatch)
     execution = {"dataset_id": "d1", "source": {"bucket": "ingest", "key": "incoming/bad.h5", "version_id": "v7"}}
     started = time.monotonic()
     with pytest.raises(BadInputFile, match="spun") as raised:
-        planning.plan_dataset(execution, s3=None, store=None, settings=None)
+        planning.plan_dataset(execution, s3=None, store=None, settings=planning.PlanSettings(outputs_bucket="out"))
     assert "incoming/bad.h5" in str(raised.value)
     assert time.monotonic() - started < 30

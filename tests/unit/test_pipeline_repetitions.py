@@ -175,9 +175,9 @@ def test_a_plan_without_more_rounds_says_so():
 
 @pytest.mark.parametrize("override, message", [
     ({"repetitions": 3, "max_repetitions": 2}, "'max_repetitions' must be an integer from 'repetitions' (3) to 100"),
-    ({"repetitions": 3, "max_repetitions": 101}, "to 100, got 101"),
-    ({"repetitions": 3, "max_repetitions": "9"}, "got '9'"),
-    ({"repetitions": 3, "max_repetitions": 9, "resolution": 1.5}, "'resolution' must be a fraction between 0 and 1"),
+    ({"repetitions": 3, "max_repetitions": 101}, "max_repetitions: 101 is greater than the maximum of 100"),
+    ({"repetitions": 3, "max_repetitions": "9"}, "max_repetitions: '9' is not of type 'integer'"),
+    ({"repetitions": 3, "max_repetitions": 9, "resolution": 1.5}, "resolution: 1.5 is greater than or equal to the maximum of 1"),
 ])
 def test_bad_repetition_fields_are_refused_naming_the_plan_and_field(override, message):
     with pytest.raises(PlanError, match="plan 'default'") as caught:

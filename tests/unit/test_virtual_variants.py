@@ -32,10 +32,10 @@ def test_new_kinds_resolve_to_named_variants():
 
 
 @pytest.mark.parametrize("variant, message", [
-    ({"kind": "virtual-kerchunk", "over": "paged-8MiB"}, "over must be one of"),
+    ({"kind": "virtual-kerchunk", "over": "paged-8MiB"}, r"variants\[0\].over: 'paged-8MiB' is not one of \['original', 'paged', 'all'\]"),
     ({"kind": "virtual-kerchunk", "references": "parquet"}, "only json"),
-    ({"kind": "icechunk"}, "chunks must be"),
-    ({"kind": "rechunk-zarr", "chunks": "map", "shards": [0, 1]}, "shards must be"),
+    ({"kind": "icechunk"}, r"variants\[0\]: 'chunks' is a required property"),
+    ({"kind": "rechunk-zarr", "chunks": "map", "shards": [0, 1]}, r"variants\[0\].shards\[0\]: 0 is less than the minimum of 1"),
 ])
 def test_bad_variants_are_refused_with_the_field(variant, message):
     with pytest.raises(plans.PlanError, match=message):

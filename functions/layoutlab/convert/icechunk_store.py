@@ -10,6 +10,8 @@ variable (coordinates, small arrays) as one chunk. One commit at the end: the br
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from layoutlab.convert.virtual import _attrs, icechunk_storage
@@ -27,15 +29,57 @@ def _dimension_names(dataset) -> list[str] | None:
         return None
 
 
+def _layout(obj, chunks: dict, shards: dict | None):
+    """(chunk shape, shard shape, dimension names) the variant stores the dataset ``obj`` in."""
+    dims = _dimension_names(obj)
+    if obj.ndim == 3 and dims is not None and len(chunks) == 3:  # the grid: rechunked as the plan says
+        chunk_shape = tuple(min(int(c), n) for c, n in zip(chunks.values(), obj.shape))
+        return chunk_shape, (tuple(int(s) for s in shards.values()) if shards else None), dims
+    return (obj.shape or None), None, dims
+
+
+def _writable(obj) -> bool:
+    import h5py
+
+    return isinstance(obj, h5py.Dataset) and obj.dtype.kind not in "OV" and not obj.dtype.names
+
+
+def _check_output(f, chunks: dict, shards: dict | None, ceilings, local_path: str) -> None:
+    """Refuse, before the repository exists, a file whose declared shapes would exceed ``ceilings``."""
+    from layoutlab.ceilings import Ceilings
+    from layoutlab.convert import rechunk_plan as planner
+    from layoutlab.errors import BadInputFile
+    from layoutlab.hdf5_input import data_outside_file
+
+    tally = planner.output_tally(ceilings or Ceilings.from_env(), os.path.getsize(local_path))
+    found = []
+    f.visititems(lambda name, obj: found.append((name, obj))
+                 if _writable(obj) and data_outside_file(obj) is None else None)
+    for name, obj in found:
+        chunk_shape, shard_shape, _ = _layout(obj, chunks, shards)
+        try:
+            tally.add(planner.ArraySpec(name=name, shape=tuple(obj.shape), itemsize=obj.dtype.itemsize,
+                                        source_chunks=tuple(max(1, n) for n in obj.shape),
+                                        target_chunks=tuple(max(1, c) for c in (chunk_shape or ())),
+                                        target_shards=shard_shape))
+        except planner.PlanError as error:  # over a ceiling (OutputTooLarge), or shards that cannot be written
+            raise BadInputFile(local_path, str(error)) from None
+
+
 def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards: dict | None = None,
-                          max_mem: int = 256 * 2**20) -> dict:
-    """Write the NetCDF-4/HDF5 grid at ``local_path`` to a new Icechunk repository at ``target_url``."""
+                          max_mem: int = 256 * 2**20, ceilings=None) -> dict:
+    """Write the NetCDF-4/HDF5 grid at ``local_path`` to a new Icechunk repository at ``target_url``.
+
+    ``ceilings`` (``layoutlab.ceilings.Ceilings``; ``LAYOUTLAB_CEILINGS`` or the defaults when None) bound
+    the objects and declared bytes written: a file over them is refused before the repository is created."""
     import h5py
     import icechunk
     import zarr
 
     from layoutlab.hdf5_input import data_outside_file, open_input
 
+    with open_input(local_path) as f:
+        _check_output(f, chunks, shards, ceilings, local_path)
     repo = icechunk.Repository.create(icechunk_storage(target_url))
     session = repo.writable_session("main")
     root = zarr.open_group(session.store, mode="w", zarr_format=3)
@@ -47,19 +91,13 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             if isinstance(obj, h5py.Group):
                 root.require_group(name).attrs.update(_attrs(obj))
                 return
-            if not isinstance(obj, h5py.Dataset) or obj.dtype.kind in "OV" or obj.dtype.names:
+            if not _writable(obj):
                 return
             outside = data_outside_file(obj)
             if outside is not None:
                 written["skipped"].append({"variable": name, "reason": outside})
                 return
-            dims = _dimension_names(obj)
-            gridded = obj.ndim == 3 and dims is not None and len(chunks) == 3
-            if gridded:
-                chunk_shape = tuple(min(int(c), n) for c, n in zip(chunks.values(), obj.shape))
-                shard_shape = tuple(int(s) for s in shards.values()) if shards else None
-            else:
-                chunk_shape, shard_shape = (obj.shape or None), None
+            chunk_shape, shard_shape, dims = _layout(obj, chunks, shards)
             fill = obj.fillvalue if obj.dtype.kind in "biuf" else None
             array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
                                       shards=shard_shape, fill_value=fill, attributes=_attrs(obj),

@@ -438,3 +438,62 @@ def seed_grid(shape, mode: str = "clip") -> list[tuple[int, int, int]]:
     lats = scaled(SEED_SPACE, nlat, SEED_SHAPE[1])
     lons = scaled(SEED_SPACE, nlon, SEED_SHAPE[2])
     return [(t, la, lo) for t in times for la in lats for lo in lons]
+
+
+# --- bounded work: what the declared shapes would make, before anything is written ----------------
+
+class OutputTooLarge(PlanError):
+    """The arrays a file declares would make more objects or bytes than this environment allows."""
+
+
+def output_objects(spec: ArraySpec) -> int:
+    """Objects the target array is stored in: one per chunk (or shard, when sharded) of its grid, plus its
+    metadata document. Chunks that hold only the fill value may be left out by the writer; a bound
+    counts them, since reading and comparing them is the work."""
+    if not spec.shape:
+        return 2  # a scalar: one chunk and the metadata
+    if any(n == 0 for n in spec.shape):
+        return 1
+    return 1 + math.prod(-(-n // max(1, min(b, n))) for n, b in zip(spec.shape, spec.write_block))
+
+
+class OutputTally:
+    """Running totals of objects and declared bytes over the arrays of one conversion, refused past the bounds.
+
+    Add each array before planning or writing it: the refusal comes before the first byte is written
+    and before a plan tiles an absurd shape into units.
+    """
+
+    def __init__(self, max_objects: int, max_bytes: int, why_bytes: str = ""):
+        self.max_objects, self.max_bytes, self.why_bytes = max_objects, max_bytes, why_bytes
+        self.objects = 0
+        self.bytes = 0
+
+    def add(self, spec: ArraySpec) -> None:
+        self.objects += output_objects(spec)
+        self.bytes += spec.nbytes
+        shape = "x".join(str(n) for n in spec.shape) or "scalar"
+        where = f"{spec.name} ({shape} of {spec.itemsize}-byte items)"
+        if self.objects > self.max_objects:
+            raise OutputTooLarge(
+                f"{where} brings the copy to {self.objects:,} objects (chunks or shards of "
+                f"{list(spec.write_block)}), over this environment's ceiling max_objects_per_variant = "
+                f"{self.max_objects:,}: choose larger chunks or shards")
+        if self.bytes > self.max_bytes:
+            raise OutputTooLarge(
+                f"{where} brings the copy to {self.bytes:,} bytes uncompressed from the shapes the file "
+                f"declares, over this environment's bound of {self.max_bytes:,} bytes{self.why_bytes}")
+
+
+def output_tally(ceilings, input_bytes: int | None) -> OutputTally:
+    """The tally of one conversion of an input of ``input_bytes`` stored (None when unknown) under ``ceilings``
+    (``layoutlab.ceilings.Ceilings``)."""
+    from layoutlab.ceilings import ENV_VARIABLE, EXPANSION_FLOOR_BYTES
+
+    bound = ceilings.max_declared_bytes(input_bytes)
+    if bound == ceilings.max_variant_bytes:
+        why = f" (ceiling max_variant_bytes; {ENV_VARIABLE})"
+    else:
+        why = (f" (ceiling max_expansion = {ceilings.max_expansion:g} x the {input_bytes:,}-byte input, at least "
+               f"{EXPANSION_FLOOR_BYTES:,}; {ENV_VARIABLE})")
+    return OutputTally(ceilings.max_objects_per_variant, bound, why)

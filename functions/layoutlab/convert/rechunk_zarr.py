@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from layoutlab.ceilings import Ceilings
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.storage import S3Location, is_s3_url
@@ -736,6 +737,18 @@ def _target_shards(array: SourceArray, shards, chunks_shape) -> tuple[int, ...] 
     return tuple(out)
 
 
+def _stored_bytes(src: str, kind: str) -> int | None:
+    """The input's size as stored (what its declared shapes are weighed against); None for a Zarr source,
+    whose declared shapes are bounded by the absolute ceiling only."""
+    if kind != "hdf5":
+        return None
+    if is_s3_url(src):
+        from layoutlab.storage import s3fs_filesystem
+
+        return int(s3fs_filesystem(for_url=src).size(src))
+    return os.path.getsize(src)
+
+
 def plan_rechunk(
     src: str,
     dst: str,
@@ -747,6 +760,7 @@ def plan_rechunk(
     target_chunk_mb: float = 4.0,
     overwrite: bool = False,
     prepare: bool = True,
+    ceilings=None,
 ) -> dict:
     """Plan the rechunk of SRC into DST; JSON-serialisable.
 
@@ -756,6 +770,8 @@ def plan_rechunk(
     chunk. ``shards``: {dim: size}, whole multiples of the chunks.
     ``prepare``: check DST (refuse an existing one unless ``overwrite``) and
     store the plan in it for ``--unit`` / ``--finalize``.
+    ``ceilings`` (``layoutlab.ceilings.Ceilings``; ``LAYOUTLAB_CEILINGS`` or the defaults when None):
+    the objects and declared bytes the copy may make, refused before anything is written.
     """
     max_mem = parse_size(max_mem, "--max-mem")
     src, dst = str(src), str(dst)
@@ -796,6 +812,7 @@ def plan_rechunk(
     source_concurrency = 1 if kind == "hdf5" else planner.MAX_IO_CONCURRENCY
     plan_vars: dict[str, dict] = {}
     units: list[dict] = []
+    tally = planner.output_tally(ceilings or Ceilings.from_env(), _stored_bytes(src, kind))
     for array in arrays:
         target = _target_chunks(array, chunks, target_bytes)
         shard_shape = _target_shards(array, shards, target)
@@ -807,6 +824,10 @@ def plan_rechunk(
             target_chunks=target,
             target_shards=shard_shape,
         )
+        try:
+            tally.add(spec)  # before the planner tiles the array into units, and before anything is written
+        except planner.OutputTooLarge as error:
+            raise BadInputFile(src, str(error)) from None
         try:
             array_plan = planner.plan_array(spec, int(max_mem / MEMORY_MODEL_HEADROOM), source_concurrency)
         except planner.PlanError as error:

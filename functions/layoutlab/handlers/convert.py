@@ -10,13 +10,15 @@ from layoutlab.handlers._runtime import (
     platform_memory_mb,
     results_store,
     s3_client,
+    settings,
     tracer,
 )
 from layoutlab.pipeline.variants import convert_variant
 
 
 def run(event: dict) -> dict:
-    result = convert_variant(event, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb())
+    result = convert_variant(event, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb(),
+                             ceilings=settings().ceilings)
     if "convert_s" in result:
         import os
 

@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from layoutlab.ceilings import ENV_VARIABLE as CEILINGS_VARIABLE
+from layoutlab.ceilings import Ceilings
 from layoutlab.local import sfn_adapter
 from layoutlab.local.cloud import LOCAL_CREDENTIALS
 
@@ -121,6 +123,7 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
         "LAYOUTLAB_STATE_MACHINE_ARN": state_machine_arn(),
         "LAYOUTLAB_PLATFORMS": json.dumps(PLATFORMS),
         "LAYOUTLAB_MAX_CONCURRENCY": json.dumps(MAX_CONCURRENCY),
+        CEILINGS_VARIABLE: local_ceilings(),
         "POWERTOOLS_SERVICE_NAME": "layoutlab",
         "POWERTOOLS_METRICS_NAMESPACE": "layoutlab",
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -135,15 +138,32 @@ LOCAL_SIZES_ENV = "dev"
 DEFAULT_EPHEMERAL_MB = 512  # Lambda's default /tmp
 
 
+def _cdk_environment() -> dict | None:
+    """The checkout's cdk.json environment the local run follows (``dev``), or None without one."""
+    cdk_json = Path(__file__).resolve().parents[3] / "cdk.json"
+    try:
+        return json.loads(cdk_json.read_text())["context"]["layoutlab:environments"][LOCAL_SIZES_ENV]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def local_ceilings(environ=None) -> str:
+    """``LAYOUTLAB_CEILINGS`` of the local run, as the CDK app gives it: the value the local cloud was
+    started with (to try other ceilings), else cdk.json's ``dev`` ceilings (layoutlab's defaults where absent)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CEILINGS_VARIABLE):
+        return Ceilings.from_json(environ[CEILINGS_VARIABLE]).to_json()
+    env = _cdk_environment() or {}
+    return Ceilings.from_mapping(env.get("ceilings", {}), f"cdk.json: {LOCAL_SIZES_ENV}.ceilings").to_json()
+
+
 def ephemeral_storage_mb(environ=None) -> dict[str, int]:
     """Scratch space per local task (Lambda functions by name, ``fargate-convert``/``fargate-bench``), from the
     checkout's cdk.json (environment ``dev``); Lambda's default where a size is not configured."""
     sizes = {name: DEFAULT_EPHEMERAL_MB for name in FUNCTIONS}
     sizes.update({"fargate-convert": 20 * 1024, "fargate-bench": 20 * 1024})
-    cdk_json = Path(__file__).resolve().parents[3] / "cdk.json"
-    try:
-        env = json.loads(cdk_json.read_text())["context"]["layoutlab:environments"][LOCAL_SIZES_ENV]
-    except (OSError, ValueError, KeyError):
+    env = _cdk_environment()
+    if env is None:
         return sizes
     for name, size in env.get("functions", {}).items():
         sizes[name] = int(size.get("ephemeral_storage_mb", DEFAULT_EPHEMERAL_MB))

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+import posixpath
+from dataclasses import asdict, dataclass, field
 
+from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
 from layoutlab.pipeline import identity
 from layoutlab.pipeline.events import ObjectRef, is_incoming, objects_in_event
-from layoutlab.pipeline.plan import PLAN_METADATA_KEY, PLANS_PREFIX, PlanError, merge_plan
+from layoutlab.pipeline.plan import PLAN_METADATA_KEY, PLANS_PREFIX, PlanError, json_type, merge_plan
+from layoutlab.storage import VERSION_QUERY
 
 LOG = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class IngestSettings:
     state_machine_arn: str
     outputs_bucket: str
     max_bytes: int = DEFAULT_MAX_BYTES
+    ceilings: Ceilings = field(default_factory=Ceilings)
 
 
 @dataclass
@@ -56,6 +60,24 @@ class IngestOutcome:
 
 class Rejected(UserError):
     """The object cannot be processed; the message says why (the key is added by the caller)."""
+
+
+def unreadable_key_reason(key: str) -> str | None:
+    """Why the readers cannot address ``key`` as it is, or None.
+
+    A ``.`` or ``..`` segment is resolved away by the readers' HTTP clients (RFC 3986 dot segments:
+    ``incoming/../escape.nc`` is requested as ``escape.nc``), so every case would read another
+    object. s3fs, through which the HDF5 readers and the inspection open an object, takes the first
+    ``?versionId=`` in a path as the start of a version id, so it cannot name a key that holds one.
+    """
+    if any(segment in (".", "..") for segment in key.split("/")):
+        dots = next(segment for segment in key.split("/") if segment in (".", ".."))
+        return (f"the key has a {dots!r} segment, which the readers' HTTP clients resolve away (they would read "
+                f"s3://.../{posixpath.normpath(key)} or another object, not this one): rename the object")
+    if VERSION_QUERY in key:
+        return (f"the key holds {VERSION_QUERY!r}, which s3fs (the HDF5 readers' S3 client) reads as the start of a "
+                f"version id, so no reader could open this object: rename it")
+    return None
 
 
 def _head(s3, ref: ObjectRef) -> tuple[ObjectRef, dict]:
@@ -97,10 +119,13 @@ def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
     return kind
 
 
-def _plan_for(s3, ref: ObjectRef, metadata: dict) -> dict:
+def _plan_for(s3, ref: ObjectRef, metadata: dict, ceilings: Ceilings) -> dict:
     name = (metadata or {}).get(PLAN_METADATA_KEY)
     if not name:
-        return merge_plan(None)
+        try:
+            return merge_plan(None, ceilings=ceilings, input_bytes=ref.size)
+        except PlanError as error:  # the default plan over this environment's ceilings, or for this input
+            raise Rejected(str(error)) from None
     if "/" in name or name.startswith("."):
         raise Rejected(f"plan name {name!r} in metadata '{PLAN_METADATA_KEY}' must be a plain name")
     plan_key = f"{PLANS_PREFIX}{name}.json"
@@ -114,9 +139,12 @@ def _plan_for(s3, ref: ObjectRef, metadata: dict) -> dict:
         override = json.loads(body)
     except ValueError as error:
         raise Rejected(f"plan s3://{ref.bucket}/{plan_key} is not valid JSON: {error}") from None
+    if not isinstance(override, dict):  # null, a list, a number: refused like any bad field, never a crash
+        raise Rejected(f"plan {name!r} (s3://{ref.bucket}/{plan_key}): a plan must be a JSON object of the fields "
+                       f"in docs/pipeline-and-plans.md, got {json_type(override)}")
     override.setdefault("name", name)
     try:
-        return merge_plan(override)
+        return merge_plan(override, ceilings=ceilings, input_bytes=ref.size)
     except PlanError as error:
         raise Rejected(str(error)) from None
 
@@ -151,6 +179,9 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         return IngestOutcome(key=ref.key, status="ignored", reason="not under incoming/")
     dataset_id = identity.dataset_id(ref)
     try:
+        unreadable = unreadable_key_reason(ref.key)
+        if unreadable:
+            raise Rejected(unreadable)
         ref, head = _head(s3, ref)
         dataset_id = identity.dataset_id(ref)
         newer = _claim_current_version(store, ref, dataset_id)
@@ -161,7 +192,7 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
             LOG.info("stale event: %s", reason)
             return IngestOutcome(key=ref.key, status="stale", dataset_id=dataset_id, reason=reason)
         source_format = _check_content(s3, ref, settings.max_bytes)
-        plan = _plan_for(s3, ref, head.get("Metadata", {}))
+        plan = _plan_for(s3, ref, head.get("Metadata", {}), settings.ceilings)
     except Rejected as rejection:
         reason = f"{ref.url}: {rejection}"
         store.put_failure(dataset_id, "ingest", "validate", reason, source=ref.to_dict())

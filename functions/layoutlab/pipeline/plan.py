@@ -21,26 +21,36 @@ comparisons still undecided after a round (``pipeline/repetitions.py``) get
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass
 from importlib import resources
 
+from layoutlab.ceilings import PAGE_SIZE_ALWAYS_ALLOWED, CeilingError, Ceilings
+from layoutlab.ceilings import over as ceiling_over
 from layoutlab.errors import UserError
 from layoutlab.units import parse_size, size_label  # noqa: F401  (the one size parser; plans' sizes are its)
 
 PLAN_METADATA_KEY = "layoutlab-plan"
 PLANS_PREFIX = "plans/"
 
-GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "map-time-mean",
-                 "full-read-throughput", "slab-read")
-GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
+
+def plan_schema() -> dict:
+    """The JSON Schema every plan is validated against (``plan.schema.json``, Draft 2020-12)."""
+    return json.loads(resources.files("layoutlab.pipeline").joinpath("plan.schema.json").read_text())
+
+
+# The names a plan may use are the schema's: one list, read from it.
+_DEFS = plan_schema()["$defs"]
+GRID_PATTERNS = tuple(_DEFS["grid_pattern"]["enum"])
+GRANULE_PATTERNS = tuple(_DEFS["granule_pattern"]["enum"])
 PATTERNS = GRID_PATTERNS + GRANULE_PATTERNS
-HDF5_READERS = ("h5py-s3fs-default", "h5py-s3fs-aligned", "xarray-h5netcdf", "h5py-ros3", "h5coro")
-ZARR_READERS = ("zarr-obstore", "zarr-obstore-nocoalesce", "zarr-fsspec")
-KERCHUNK_READERS = ("kerchunk-fsspec",)
-ICECHUNK_READERS = ("icechunk",)
+HDF5_READERS = tuple(_DEFS["hdf5_reader"]["enum"])
+ZARR_READERS = tuple(_DEFS["zarr_reader"]["enum"])
+KERCHUNK_READERS = tuple(_DEFS["kerchunk_reader"]["enum"])
+ICECHUNK_READERS = tuple(_DEFS["icechunk_reader"]["enum"])
 # the readers of each variant format (a variant's "format" picks its readers in expand_cases)
 READERS_BY_FORMAT = {"hdf5": HDF5_READERS, "zarr": ZARR_READERS, "kerchunk": KERCHUNK_READERS,
                      "icechunk": ICECHUNK_READERS}
@@ -48,14 +58,15 @@ ALL_READERS = tuple(r for readers in READERS_BY_FORMAT.values() for r in readers
 # virtual-kerchunk: references over the original and/or each paged variant (no chunk data copied);
 # icechunk-virtual: an Icechunk repository of virtual chunks pinned to the original's ETag;
 # icechunk: native Icechunk, rechunked like rechunk-zarr (grid only), sharded optionally.
-VARIANT_KINDS = ("original", "repack-paged", "rechunked-paged", "rechunk-zarr", "virtual-kerchunk",
-                 "icechunk-virtual", "icechunk")
-KERCHUNK_OVER = ("original", "paged", "all")
+VARIANT_KINDS = tuple(_DEFS["variant"]["properties"]["kind"]["enum"])
+KERCHUNK_OVER = tuple(_DEFS["variant"]["properties"]["over"]["enum"])
 REFERENCE_FORMATS = ("json",)  # Parquet needs fastparquet, which the layer does not carry
 DATASET_KINDS = ("grid", "granule")
-CHUNK_PRESETS = ("timeseries", "map", "balanced")
+CHUNK_PRESETS = tuple(_DEFS["chunks"]["anyOf"][0]["enum"])
+PAGED_KINDS = ("repack-paged", "rechunked-paged")
+RECHUNK_KINDS = ("rechunk-zarr", "icechunk")  # they need a grid
 
-MAX_REPETITIONS = 100
+MAX_REPETITIONS = plan_schema()["properties"]["repetitions"]["maximum"]
 # A difference in read time smaller than this share is not worth more repetitions to tell apart
 # (see pipeline/repetitions.py: a ratio interval inside 1/(1+r)..1+r is decided).
 DEFAULT_RESOLUTION = 0.1
@@ -72,32 +83,99 @@ def default_plan() -> dict:
     return json.loads(text)
 
 
-def merge_plan(override: dict | None, base: dict | None = None) -> dict:
-    """The plan to run: ``override``'s top-level keys over ``base`` (default plan)."""
+def merge_plan(override: dict | None, base: dict | None = None, *, ceilings: Ceilings | None = None,
+               input_bytes: int | None = None) -> dict:
+    """The plan to run: ``override``'s top-level keys over ``base`` (default plan), validated against the
+    schema and this environment's ``ceilings`` (defaults when None) for an input of ``input_bytes``."""
     plan = copy.deepcopy(base or default_plan())
-    if override:
+    if override is not None:
         if not isinstance(override, dict):
-            raise PlanError(f"plan must be a JSON object, got {type(override).__name__}")
+            raise PlanError(f"a plan must be a JSON object, got {json_type(override)}")
         plan.update(copy.deepcopy(override))
         if "repetitions" in override and "max_repetitions" not in override:
             plan.pop("max_repetitions", None)  # the repetitions asked for, no more (a base's cap may be lower)
-    validate_plan(plan)
+    validate_plan(plan, ceilings=ceilings, input_bytes=input_bytes)
     return plan
 
 
-def validate_plan(plan: dict) -> None:
-    name = plan.get("name", "<unnamed>")
+def json_type(value) -> str:
+    """A value's JSON type, as a plan's author wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__)
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(plan_schema())
+
+
+def schema_problems(plan) -> list[str]:
+    """Where ``plan`` breaks the schema, one line each (``field: reason``), the most telling first."""
+    from jsonschema.exceptions import best_match, relevance
+
+    errors = list(_validator().iter_errors(plan))
+    if not errors:
+        return []
+    first = best_match(errors)
+
+    def leads_to(error, target) -> bool:  # an anyOf whose alternatives hold ``target``: the same problem
+        return any(sub is target or leads_to(sub, target) for sub in error.context)
+
+    others = sorted((e for e in errors if e is not first and not leads_to(e, first)), key=relevance)
+    return [_schema_error_line(e) for e in [first, *others]]
+
+
+def field_path(parts) -> str:
+    """``variants[0].chunks.time`` for the path parts of a plan's field; odd names quoted, so one line."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part!r}]"
+    return path or "plan"
+
+
+def _schema_error_line(error) -> str:
+    """``field: reason`` in the plan author's terms: the field's path, and what the schema expects there
+    (its ``description`` where a bare 'not valid under any of the given schemas' would say nothing)."""
+    path = field_path(error.absolute_path)
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return (f"{field_path([*error.absolute_path, unknown[0]])}: unknown field; known: "
+                f"{', '.join(error.schema.get('properties', {}))}")
+    if error.validator in ("anyOf", "pattern") and error.schema.get("description"):
+        return f"{path}: {error.instance!r} is not {error.schema['description']}"
+    return f"{path}: {error.message}"
+
+
+def validate_plan(plan, ceilings: Ceilings | None = None, input_bytes: int | None = None) -> None:
+    """Refuse a plan that cannot run, or costs more than ``ceilings`` allow, naming the field at fault.
+
+    The schema (``plan.schema.json``) says what a plan looks like; then what it cannot: sizes parse,
+    page sizes are powers of two, platforms fit Lambda, and the estimates of cases, variants and chunk
+    objects stay under this environment's ceilings (``layoutlab/ceilings.py``), so nothing a plan asks
+    for runs unbounded.
+    """
+    name = plan.get("name", "<unnamed>") if isinstance(plan, dict) else "<unnamed>"
 
     def fail(reason: str):
         raise PlanError(f"plan {name!r}: {reason}")
 
-    if not plan.get("variants"):
-        fail("'variants' is empty")
+    problems = schema_problems(plan)
+    if problems:
+        fail(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
     for i, variant in enumerate(plan["variants"]):
-        kind = variant.get("kind")
-        if kind not in VARIANT_KINDS:
-            fail(f"variants[{i}].kind {kind!r} is not one of {', '.join(VARIANT_KINDS)}")
-        if kind in ("repack-paged", "rechunked-paged"):
+        kind = variant["kind"]
+        if kind in PAGED_KINDS:
             from layoutlab.convert.page_budget import DEFAULT_BUDGET, is_auto, parse_budget
 
             try:  # "auto": chosen from the file at conversion (convert/page_budget.py) within size_budget
@@ -112,79 +190,150 @@ def validate_plan(plan: dict) -> None:
             if page is not None and (page < 4096 or page & (page - 1)):
                 fail(f"variants[{i}].page_size must be \"auto\" or a power of two >= 4KiB, "
                      f"got {variant.get('page_size')}")
-        if kind == "virtual-kerchunk":
-            if variant.get("over", "all") not in KERCHUNK_OVER:
-                fail(f"variants[{i}].over must be one of {', '.join(KERCHUNK_OVER)}, got {variant.get('over')!r}")
-            if variant.get("references", "json") not in REFERENCE_FORMATS:
-                fail(f"variants[{i}].references {variant.get('references')!r}: only json is supported "
-                     "(kerchunk Parquet needs fastparquet, which is not in the Lambda layer)")
-        if kind in ("rechunk-zarr", "icechunk"):
-            shards = variant.get("shards")
-            if shards is not None and not (
-                    (isinstance(shards, dict) and shards and all(isinstance(v, int) and v > 0 for v in shards.values()))
-                    or (isinstance(shards, list) and shards and all(isinstance(c, int) and c > 0 for c in shards))):
-                fail(f"variants[{i}].shards must be a {{dimension: size}} object (whole multiples of the chunks) "
-                     "or a list of positive factors, one per dimension (shard = chunk x factor)")
-            if "target_chunk_bytes" in variant:
+        if kind == "virtual-kerchunk" and variant.get("references", "json") not in REFERENCE_FORMATS:
+            fail(f"variants[{i}].references {variant.get('references')!r}: only json is supported "
+                 "(kerchunk Parquet needs fastparquet, which is not in the Lambda layer)")
+        for option in ("target_chunk_bytes", "max_mem"):  # max_mem: the rechunk's bound per work unit
+            if option in variant:
                 try:
-                    parse_size(variant["target_chunk_bytes"], what=f"variants[{i}].target_chunk_bytes")
+                    parse_size(variant[option], what=f"variants[{i}].{option}")
                 except ValueError as error:
                     fail(str(error))
-        if kind in ("rechunk-zarr", "icechunk"):
-            chunks = variant.get("chunks")
-            if not (chunks in CHUNK_PRESETS or (isinstance(chunks, dict) and chunks)
-                    or (isinstance(chunks, list) and all(isinstance(c, int) and c > 0 for c in chunks))):
-                fail(f"variants[{i}].chunks must be one of {', '.join(CHUNK_PRESETS)}, "
-                     "a list of positive integers, or a {dimension: size} object")
-            if "max_mem" in variant:  # the rechunk's memory bound per work unit (default 512MiB)
-                try:
-                    parse_size(variant["max_mem"], what=f"variants[{i}].max_mem")
-                except ValueError as error:
-                    fail(str(error))
-    for key, known in (("patterns", PATTERNS), ("readers", ALL_READERS)):
-        value = plan.get(key)
-        groups = value.values() if isinstance(value, dict) else [value]
-        for group in groups:
-            if not isinstance(group, list):
-                fail(f"'{key}' must be a list or an object of lists")
-            for entry in group:
-                if entry not in known:
-                    fail(f"unknown {key[:-1]} {entry!r}; known: {', '.join(known)}")
-    for platform in plan.get("platforms", []):
-        match = _PLATFORM.match(str(platform))
-        if not match:
-            fail(f"unknown platform {platform!r}; use local-lambda, local-fargate, lambda-<MB>, fargate-<vcpu>-<MB>")
+    for platform in plan["platforms"]:
+        match = _PLATFORM.match(platform)
         if match.group(2) and not 128 <= int(match.group(2)) <= 10240:
             fail(f"platform {platform!r}: Lambda memory must be 128..10240 MB")
-    if not plan.get("platforms"):
-        fail("'platforms' is empty")
     repetitions = plan.get("repetitions", 1)
-    if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= MAX_REPETITIONS:
-        fail(f"'repetitions' must be an integer 1..{MAX_REPETITIONS}, got {repetitions!r}")
     most = plan.get("max_repetitions", repetitions)
-    if not isinstance(most, int) or isinstance(most, bool) or not repetitions <= most <= MAX_REPETITIONS:
+    if not repetitions <= most:
         fail(f"'max_repetitions' must be an integer from 'repetitions' ({repetitions}) to {MAX_REPETITIONS}, "
              f"got {most!r}")
-    resolution = plan.get("resolution", DEFAULT_RESOLUTION)
-    if not isinstance(resolution, (int, float)) or isinstance(resolution, bool) or not 0 < resolution < 1:
-        fail(f"'resolution' must be a fraction between 0 and 1 (0.1: differences under 10 % need no deciding), "
-             f"got {resolution!r}")
+    try:
+        check_ceilings(plan, ceilings or Ceilings(), input_bytes)
+    except CeilingError as error:
+        fail(str(error))
+
+
+# --- what a plan costs, before anything runs ------------------------------------------------------
+
+def _variant_formats(plan: dict, kind: str) -> list[str]:
+    """The formats of the variants ``plan`` resolves to for a dataset of ``kind`` (an upper bound: a
+    grid's rechunks are counted whether or not the file turns out to hold one)."""
+    entries = [v for v in plan["variants"] if v.get("applies_to") in (None, kind)
+               and not (v["kind"] in RECHUNK_KINDS and kind != "grid")]
+    paged = sum(1 for v in entries if v["kind"] in PAGED_KINDS)
+    formats = []
+    for variant in entries:
+        if variant["kind"] == "virtual-kerchunk":
+            over_what = variant.get("over", "all")
+            formats += ["kerchunk"] * ((over_what in ("original", "all")) + paged * (over_what in ("paged", "all")))
+        elif variant["kind"] in RECHUNK_KINDS:
+            formats.append("zarr" if variant["kind"] == "rechunk-zarr" else "icechunk")
+        elif variant["kind"] == "icechunk-virtual":
+            formats.append("icechunk")
+        else:
+            formats.append("hdf5")
+    return formats
+
+
+def case_bound(plan: dict) -> tuple[int, str]:
+    """The most benchmark cases ``plan`` can run on any dataset, every repetition round included,
+    and how that number is made (for the message that refuses it)."""
+    rounds = max(plan.get("repetitions", 1), plan.get("max_repetitions", 1))
+    platforms = len(plan["platforms"])
+    scaling = plan.get("scaling") or {}
+    best = (0, "")
+    for kind in DATASET_KINDS:
+        patterns = [p for p in _for_kind(plan["patterns"], kind)
+                    if p in (GRID_PATTERNS if kind == "grid" else GRANULE_PATTERNS)]
+        formats = _variant_formats(plan, kind)
+        readers = {f: len([r for r in _for_kind(plan["readers"], f) if r in READERS_BY_FORMAT[f]])
+                   for f in READERS_BY_FORMAT}
+        grid_cases = sum(len(patterns) * readers[f] * platforms for f in formats)
+        scaling_cases = 0
+        if scaling:
+            workers = sum(scaling["workers"]) * len(scaling.get("modes", ["strong"]))
+            scaling_cases = sum(workers * platforms for f in formats if readers[f] or scaling.get("reader"))
+        total = rounds * (grid_cases + scaling_cases)
+        if total > best[0]:
+            how = (f"{rounds} repetitions x ({grid_cases:,} cases of {len(formats)} variants x patterns x readers x "
+                   f"{platforms} platforms" + (f" + {scaling_cases:,} scaling.workers cases" if scaling else "")
+                   + f") for a {kind}")
+            best = (total, how)
+    return best
+
+
+def _chunk_elements(chunks) -> tuple[int, bool] | None:
+    """The elements of an explicit chunk shape and whether all three grid dimensions are given
+    (a dimension not named keeps its whole extent, unknown before the file is read)."""
+    if isinstance(chunks, list):
+        return math.prod(chunks), len(chunks) >= 3
+    if isinstance(chunks, dict):
+        return math.prod(chunks.values()), len(chunks) >= 3
+    return None
+
+
+def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = None) -> None:
+    """Raise ``CeilingError`` naming the field, the estimate and the ceiling when ``plan`` (for an input
+    of ``input_bytes``, when known) asks for more than this environment allows."""
+    variants = max(len(_variant_formats(plan, kind)) for kind in DATASET_KINDS)
+    if variants > ceilings.max_variants:
+        raise ceiling_over("variants", "a count of", variants, "max_variants", ceilings.max_variants)
+    for field in ("repetitions", "max_repetitions"):
+        if plan.get(field, 1) > ceilings.max_repetitions:
+            raise ceiling_over(field, "asks for", plan[field], "max_repetitions", ceilings.max_repetitions)
     scaling = plan.get("scaling")
-    if scaling is not None:
-        if not isinstance(scaling, dict):
-            fail("'scaling' must be an object like {\"workers\": [1, 2, 4], \"modes\": [\"strong\", \"weak\"]}")
-        workers = scaling.get("workers")
-        if not workers or not all(isinstance(n, int) and 1 <= n <= 1000 for n in workers):
-            fail("'scaling.workers' must list worker counts 1..1000")
-        for mode in scaling.get("modes", ["strong"]):
-            if mode not in ("strong", "weak"):
-                fail(f"'scaling.modes': {mode!r} is neither 'strong' nor 'weak'")
-    fan_out = plan.get("fan_out_above_bytes", 0)
-    if not isinstance(fan_out, int) or fan_out < 0:
-        fail(f"'fan_out_above_bytes' must be a non-negative integer, got {fan_out!r}")
-    concurrency = plan.get("max_concurrency", 1)
-    if not isinstance(concurrency, int) or not 1 <= concurrency <= 10000:
-        fail(f"'max_concurrency' must be an integer 1..10000, got {concurrency!r}")
+    if scaling and max(scaling["workers"]) > ceilings.max_scaling_workers:
+        raise ceiling_over("scaling.workers", "a study of", max(scaling["workers"]), "max_scaling_workers",
+                           ceilings.max_scaling_workers)
+    cases, how = case_bound(plan)
+    if cases > ceilings.max_cases:
+        raise ceiling_over("cases", "up to", cases, "max_cases", ceilings.max_cases, note=how)
+    for i, variant in enumerate(plan["variants"]):
+        explicit = _chunk_elements(variant.get("chunks")) if variant["kind"] in RECHUNK_KINDS else None
+        if explicit and explicit[1] and explicit[0] < ceilings.min_chunk_elements:
+            raise ceiling_over(f"variants[{i}].chunks", "a chunk of", explicit[0], "min_chunk_elements",
+                               ceilings.min_chunk_elements, below=True)
+        page = variant.get("page_size")
+        if input_bytes and variant["kind"] in PAGED_KINDS and page is not None and str(page).lower() != "auto":
+            largest = ceilings.max_page_size(input_bytes)
+            if parse_size(page) > largest:
+                raise ceiling_over(f"variants[{i}].page_size", f"{page} =", parse_size(page),
+                                   "max_page_size_input_ratio x the input", largest,
+                                   note=f"a {input_bytes:,}-byte input, ratio {ceilings.max_page_size_input_ratio:g}, "
+                                        f"and {size_label(PAGE_SIZE_ALWAYS_ALLOWED)} always")
+
+
+def check_dataset_ceilings(plan: dict, specs: list[dict], facts: DatasetFacts, ceilings: Ceilings) -> None:
+    """What only the file tells: a rechunk's chunks and objects against the ceilings, from the grid's shape.
+
+    The conversion itself counts every array of the file again before it writes (convert/rechunk_plan.py);
+    this refuses the plan before any conversion starts.
+    """
+    try:
+        _check_rechunk_specs(specs, facts, ceilings)
+    except CeilingError as error:
+        raise PlanError(f"plan {plan.get('name', '<unnamed>')!r}: {error}") from None
+
+
+def _check_rechunk_specs(specs: list[dict], facts: DatasetFacts, ceilings: Ceilings) -> None:
+    if not facts.grid_shape:
+        return
+    elements = math.prod(facts.grid_shape)
+    for spec in specs:
+        if spec["kind"] not in RECHUNK_KINDS:
+            continue
+        chunks = tuple(spec["chunks"].values())
+        smallest = min(ceilings.min_chunk_elements, elements)
+        if math.prod(chunks) < smallest:
+            raise ceiling_over(f"variant {spec['name']}: chunks", "a chunk of", math.prod(chunks),
+                               "min_chunk_elements", smallest, below=True)
+        block = tuple(spec["shards"].get(d, c) for d, c in zip(facts.dims, chunks)) if spec.get("shards") else chunks
+        objects = math.prod(-(-n // max(1, b)) for n, b in zip(facts.grid_shape, block))
+        if objects > ceilings.max_objects_per_variant:
+            raise ceiling_over(f"variant {spec['name']}: chunks", f"the {'x'.join(map(str, facts.grid_shape))} grid "
+                               f"in {'shards' if spec.get('shards') else 'chunks'} of {'x'.join(map(str, block))}:",
+                               objects, "max_objects_per_variant", ceilings.max_objects_per_variant)
 
 
 def chunk_preset(preset: str, shape: tuple[int, int, int], itemsize: int = 4,

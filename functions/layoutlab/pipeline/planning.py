@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
 from layoutlab.guard import run_guarded
 from layoutlab.pipeline import plan as plans
@@ -31,6 +32,7 @@ class PlanSettings:
     work_units_above_bytes: int = 4 * 2**30
     max_concurrency: dict = field(default_factory=lambda: dict(DEFAULT_MAX_CONCURRENCY))
     tolerated_failure_percentage: float = 25.0
+    ceilings: Ceilings = field(default_factory=Ceilings)
 
     @classmethod
     def from_env(cls, outputs_bucket: str, environ=None) -> "PlanSettings":
@@ -45,6 +47,7 @@ class PlanSettings:
             settings.max_concurrency = {**DEFAULT_MAX_CONCURRENCY, **json.loads(env["LAYOUTLAB_MAX_CONCURRENCY"])}
         if env.get("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"):
             settings.tolerated_failure_percentage = float(env["LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"])
+        settings.ceilings = Ceilings.from_env(env)
         return settings
 
 
@@ -88,7 +91,9 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     source = execution["source"]
     # Pinned to the event's version: the key may have been overwritten since.
     source_url = versioned_url(source["bucket"], source["key"], source.get("version_id"))
-    plan = plans.merge_plan(execution.get("plan"))
+    size = int(source.get("size") or source.get("size_bytes") or 0)
+    # Ingest checked the plan against the ceilings; an execution started another way is checked here.
+    plan = plans.merge_plan(execution.get("plan"), ceilings=settings.ceilings, input_bytes=size or None)
     # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
     # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
     facts = run_guarded(dataset_facts, source_url, path=source_url)
@@ -99,7 +104,8 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     plan = {**plan, "platforms": platforms}
 
     specs = plans.variant_specs(plan, facts)
-    size = int(source.get("size") or source.get("size_bytes") or 0)
+    # What only the file tells (the grid's shape): chunk sizes and objects per variant, before any conversion.
+    plans.check_dataset_ceilings(plan, specs, facts, settings.ceilings)
     convert_on = "fargate" if size > settings.fargate_convert_above_bytes else "lambda"
     fan_out_above = int(plan.get("fan_out_above_bytes", settings.work_units_above_bytes))
     convert_tasks, publish_tasks, work_units, produced = [], [], [], []
@@ -119,7 +125,7 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
         if spec["kind"] == "original":
             store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
                               size_bytes=size, status="READY")
-        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url)):
+        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url, settings.ceilings)):
             # Units of every stage go into the one Map, stage 0 first (the plan's order), so
             # a stage-1 unit rarely finds a stage-0 unit it reads not done yet (it then runs it).
             work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
@@ -168,9 +174,9 @@ def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
     return options
 
 
-def _prepare_rechunk(spec: dict, source_url: str) -> int:
+def _prepare_rechunk(spec: dict, source_url: str, ceilings: Ceilings) -> int:
     """Stage the target and return its number of work units (of all stages: they run in any order)."""
     from layoutlab.convert.rechunk_zarr import plan_rechunk
 
-    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, **rechunk_options(spec))
+    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, ceilings=ceilings, **rechunk_options(spec))
     return len(rechunk_plan["units"])

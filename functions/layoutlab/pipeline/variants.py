@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from layoutlab.ceilings import Ceilings
 from layoutlab.errors import BadInputFile
 from layoutlab.storage import S3Location
 
@@ -54,8 +55,10 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> dict:
-    """Run one convert task (phase whole, unit or publish); returns what was done."""
+def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None, ceilings: Ceilings | None = None) -> dict:
+    """Run one convert task (phase whole, unit or publish); returns what was done. ``ceilings``: what a
+    rechunk may write (objects, declared bytes), checked before it writes; the defaults when None."""
+    ceilings = ceilings or Ceilings()
     phase = task.get("phase", "whole")
     spec = task["variant"]
     dataset_id = task["dataset_id"]
@@ -75,7 +78,7 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
         detail = store.unit_work(dataset_id, spec["name"])
     else:
         try:
-            detail = _convert_whole(task, s3, memory_mb)
+            detail = _convert_whole(task, s3, memory_mb, ceilings)
         except BadInputFile as error:  # this variant fails (named by the upload's key); the others go on
             _remove_partial_output(s3, spec)
             return _record_failure(store, task, _named_by_upload(error, task), started)
@@ -95,15 +98,15 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None) -> d
     return done
 
 
-def _convert_whole(task: dict, s3, memory_mb: int | None) -> dict:
+def _convert_whole(task: dict, s3, memory_mb: int | None, ceilings: Ceilings) -> dict:
     spec = task["variant"]
     if spec["kind"] in VIRTUAL_KINDS:
         return _virtual(task, s3)
     if spec["kind"] == "icechunk":
-        return _icechunk_native(task, s3, memory_mb)
+        return _icechunk_native(task, s3, memory_mb, ceilings)
     if spec["format"] == "hdf5":
         return _repack(task, s3)
-    return _rechunk(task, s3, memory_mb)
+    return _rechunk(task, s3, memory_mb, ceilings)
 
 
 def _named_by_upload(error: BadInputFile, task: dict) -> str:
@@ -228,14 +231,15 @@ def _virtual(task: dict, s3) -> dict:
                         "source_etag": head.get("ETag"), "source_version_id": source.get("version_id")}}
 
 
-def _icechunk_native(task: dict, s3, memory_mb: int | None) -> dict:
+def _icechunk_native(task: dict, s3, memory_mb: int | None, ceilings: Ceilings) -> dict:
     from layoutlab.convert.icechunk_store import write_icechunk_native
 
     spec = task["variant"]
     max_mem = int(memory_mb * 2**20 * RECHUNK_MEMORY_SHARE) if memory_mb else 256 * 2**20
     with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
         source = _download(s3, task["source"], scratch)
-        written = write_icechunk_native(str(source), spec["uri"], spec["chunks"], spec.get("shards"), max_mem)
+        written = write_icechunk_native(str(source), spec["uri"], spec["chunks"], spec.get("shards"), max_mem,
+                                        ceilings=ceilings)
     return {"icechunk": written}
 
 
@@ -296,7 +300,7 @@ def _publish(s3, path: Path, target: S3Location) -> None:
     s3.upload_file(str(path), target.bucket, target.key, Config=config)
 
 
-def _rechunk(task: dict, s3, memory_mb: int | None) -> dict:
+def _rechunk(task: dict, s3, memory_mb: int | None, ceilings: Ceilings) -> dict:
     from layoutlab.convert.rechunk_zarr import rechunk
     from layoutlab.pipeline.planning import rechunk_options
 
@@ -304,5 +308,6 @@ def _rechunk(task: dict, s3, memory_mb: int | None) -> dict:
     max_mem = int(memory_mb * 2**20 * RECHUNK_MEMORY_SHARE) if memory_mb else None
     with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
         source = _download(s3, task["source"], scratch)
-        summary = rechunk(str(source), spec["uri"], progress=False, **rechunk_options(spec, max_mem))
+        summary = rechunk(str(source), spec["uri"], progress=False, ceilings=ceilings,
+                          **rechunk_options(spec, max_mem))
     return {"rechunk": {k: v for k, v in summary.items() if k != "destination"}}
