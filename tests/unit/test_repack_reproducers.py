@@ -426,3 +426,52 @@ def test_verify_names_a_missing_filter_plugin(tmp_path, no_plugins):
     message = str(error.value)
     assert "damaged" not in message
     assert "32004" in message and "plugin" in message and "/v" in message
+
+
+# --- issue 27: real NASA granules (ICESat-2 ATL06, GPM DPR 2A) and HDF5's tool test files ----------
+
+
+def test_a_dense_group_holding_a_dataset_made_anew(tmp_path, engine):
+    """A group of more than 8 links tracked in creation order (ICESat-2's /ancillary_data, GPM's
+    swaths) holding a COMPACT or unlimited dataset: the group is made anew, and was made with the
+    source group's creation properties, which carry the addresses of its fractal heap in the source
+    file: refused with "wrong fractal heap header signature"."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    with h5py.File(src, "w", track_order=True) as f:
+        group = f.create_group("ancillary_data", track_order=True)
+        for k in range(12):
+            group[f"v{k:02d}"] = np.arange(k + 1)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        compact = h5py.h5d.create(group.id, b"compact", h5py.h5t.IEEE_F64LE, h5py.h5s.create_simple((1,)), dcpl=dcpl)
+        compact.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([2.5]))
+        group.create_dataset("growing", data=np.arange(5.0), maxshape=(None,), chunks=(2,))
+        assert link_storage(group) == "dense"
+    stdout = repack(src, out, env=engine)
+    assert "verified" in stdout
+    same_h5dump(src, out)  # (not ncdump: fixing an unlimited axis renames netCDF's phony dimensions)
+    h5diff_finds_no_difference(src, out)
+    with h5py.File(out) as f:
+        assert list(f["ancillary_data"]) == [f"v{k:02d}" for k in range(12)] + ["compact", "growing"]
+        assert f["ancillary_data/growing"].maxshape == (5,)
+
+
+def test_untracked_attributes_of_a_dataset_made_anew_keep_their_order(tmp_path, engine):
+    """ncdump lists the attributes of an object that tracks no creation order in the order its header
+    stores them. A dataset made anew (ICESat-2's /orbit_info/cycle_number: unlimited, 9 attributes in
+    an HDF5 1.8 header) got them in name order (native engine) or, past 8, in a new header's dense
+    storage (both engines): ncdump showed another order."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    in_stored_order = {"units": b"counts", "contentType": b"referenceInformation", "long_name": b"Cycle Number",
+                       "description": b"Tracks the number of 91-day cycles in the mission, beginning with 01.",
+                       "source": b"POD/PPD", "coordinates": b"crossing_time", "valid_min": np.int8(0),
+                       "valid_max": np.int8(50), "comment": b"a ninth attribute"}
+    with h5py.File(src, "w", libver="earliest") as f:  # (version 1 object headers, as HDF5 1.8 writes)
+        growing = f.create_dataset("growing", data=np.arange(3, dtype="i1"), maxshape=(None,), chunks=(2,))
+        for name, value in in_stored_order.items():
+            growing.attrs[name] = np.bytes_(value) if isinstance(value, bytes) else value
+        assert not growing.id.get_create_plist().get_attr_creation_order()
+    repack(src, out, env=engine)
+    header = same_ncdump(src, out)
+    assert re.findall(r"growing:(\w+) =", header) == list(in_stored_order)
+    h5diff_finds_no_difference(src, out)

@@ -56,9 +56,10 @@ static PyObject *load(PyObject *self, PyObject *args) {
 #undef HDF5_LOOK_UP
     static const char *globals[] = {"H5P_CLS_FILE_CREATE_ID_g", "H5P_CLS_FILE_ACCESS_ID_g", "H5T_STD_REF_OBJ_g",
                                     "H5T_NATIVE_INT_g", "H5T_NATIVE_UINT_g", "H5P_CLS_OBJECT_COPY_ID_g",
-                                    "H5P_CLS_LINK_CREATE_ID_g"};
+                                    "H5P_CLS_LINK_CREATE_ID_g", "H5P_CLS_GROUP_CREATE_ID_g"};
     hid_t **slots[] = {&found.P_CLS_FILE_CREATE, &found.P_CLS_FILE_ACCESS, &found.T_STD_REF_OBJ, &found.T_NATIVE_INT,
-                      &found.T_NATIVE_UINT, &found.P_CLS_OBJECT_COPY, &found.P_CLS_LINK_CREATE};
+                      &found.T_NATIVE_UINT, &found.P_CLS_OBJECT_COPY, &found.P_CLS_LINK_CREATE,
+                       &found.P_CLS_GROUP_CREATE};
     for (size_t i = 0; i < sizeof globals / sizeof *globals; i++) {
         if (!(*slots[i] = dlsym(library, globals[i])))
             return PyErr_Format(PyExc_OSError, "%s: the HDF5 library it links has no %s", path, globals[i]);
@@ -808,8 +809,9 @@ done:
 /* The attribute at `position` that copy_plain_attributes stopped at: variable-length values
  * (converted through the library's memory form), or object references (created now, written
  * by write_deferred). */
-static int copy_other_attribute(job_t *job, hid_t src, hid_t dst, unsigned long long position, int index) {
-    hid_t attr = h5.Aopen_by_idx(src, ".", index, H5_ITER_INC, position, H5P_DEFAULT, H5P_DEFAULT);
+static int copy_other_attribute(job_t *job, hid_t src, hid_t dst, unsigned long long position, int index,
+                                int order) {
+    hid_t attr = h5.Aopen_by_idx(src, ".", index, order, position, H5P_DEFAULT, H5P_DEFAULT);
     if (attr < 0) return FAIL("cannot open attribute %llu", position);
     hid_t type = h5.Aget_type(attr), space = type < 0 ? -1 : h5.Aget_space(attr), copy = -1;
     char *name = space < 0 ? NULL : attribute_name(attr);
@@ -865,13 +867,16 @@ static int copy_attributes(job_t *job, hid_t src, hid_t dst, hid_t create_plist)
     int count = h5.Aget_num_attrs(src);
     if (count < 0) return FAIL("cannot count attributes");
     if (!count) return 0;
-    int index = tracks_creation_order(h5.Pget_attr_creation_order, create_plist) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+    /* in creation order when tracked, else in the order the source's header stores them (the Python
+     * engine's order; what netCDF lists for an untracked object) */
+    int tracked = tracks_creation_order(h5.Pget_attr_creation_order, create_plist);
+    int index = tracked ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME, order = tracked ? H5_ITER_INC : H5_ITER_NATIVE;
     unsigned long long position = 0;
     while (position < (unsigned long long)count) {
-        if (fastcopy_plain_attributes(src, dst, index, H5_ITER_INC, &position, &job->attributes) < 0)
+        if (fastcopy_plain_attributes(src, dst, index, order, &position, &job->attributes) < 0)
             return fail_with_python_error(job, "attributes");
         if (position >= (unsigned long long)count) break;
-        if (copy_other_attribute(job, src, dst, position, index) < 0) return -1;
+        if (copy_other_attribute(job, src, dst, position, index, order) < 0) return -1;
         position++;
     }
     return 0;
@@ -1154,12 +1159,23 @@ static int copy_dataset(job_t *job, hid_t src, haddr_t self, hid_t dst_group, co
             }
         }
     }
+    /* Readers that list attributes in creation order (netCDF) list an untracked object's in the order its
+     * header stores them; a new header stores them where they fit, not in the order written. Tracked in the
+     * copy, that order is the source's (copied in its stored order). */
+    int attrs_tracked = tracks_creation_order(h5.Pget_attr_creation_order, dcpl);
+    if (!attrs_tracked && h5.Aget_num_attrs(src) > 1 && h5.Pset_attr_creation_order(dcpl, H5P_CRT_ORDER_TRACKED) < 0) {
+        FAIL("cannot describe %s in the copy", path);
+        goto done;
+    }
     new_space = kind == H5S_SIMPLE ? h5.Screate_simple(rank, shape, newmax) : h5.Scopy(space);
     if (new_space < 0 || (dst = h5.Dcreate2(dst_group, name, type, new_space, lcpl, dcpl, H5P_DEFAULT)) < 0) {
         FAIL("cannot create %s in the copy", path);
         goto done;
     }
-    if (copy_attributes(job, src, dst, dcpl) < 0) goto done;
+    hid_t src_dcpl = attrs_tracked ? dcpl : h5.Dget_create_plist(src);
+    int copied = src_dcpl < 0 ? FAIL("cannot read the description of %s", path) : copy_attributes(job, src, dst, src_dcpl);
+    if (src_dcpl >= 0 && src_dcpl != dcpl) h5.Pclose(src_dcpl);
+    if (copied < 0) goto done;
     if (kind == H5S_SCALAR) {
         size_t size = h5.Tget_size(type);
         void *value = malloc(size ? size : 1);
@@ -1223,6 +1239,27 @@ static herr_t collect_member(hid_t group, const char *name, const H5L_info2_t *i
     if (info->type == H5L_TYPE_HARD && h5.VLnative_token_to_addr(list->file, info->u.token, &item->address) < 0)
         return -1;
     return 0;
+}
+
+/* Creation properties for the copy of a group whose own are `source_gcpl`: the source's creation-order
+ * tracking and attribute storage thresholds in a new list, as h5repack does. Never the source's list itself:
+ * H5Gget_create_plist puts the group's link-info message in it, with the addresses of the group's fractal
+ * heap and B-trees in the SOURCE file, and H5Gcreate2 given that list in another file uses them there (a
+ * group with more than 8 links tracked in creation order, as written by HDF5 1.8+ with creation order:
+ * ICESat-2 and GPM products; "wrong fractal heap header signature" or "address of object past end of
+ * allocation" at the next link made in the copy). */
+static hid_t group_create_plist(hid_t source_gcpl) {
+    hid_t gcpl = h5.Pcreate(*h5.P_CLS_GROUP_CREATE);
+    unsigned links = 0, attrs = 0, max_compact = 0, min_dense = 0;
+    if (gcpl < 0 || h5.Pget_link_creation_order(source_gcpl, &links) < 0 ||
+        h5.Pget_attr_creation_order(source_gcpl, &attrs) < 0 ||
+        h5.Pget_attr_phase_change(source_gcpl, &max_compact, &min_dense) < 0 ||
+        h5.Pset_link_creation_order(gcpl, links) < 0 || h5.Pset_attr_creation_order(gcpl, attrs) < 0 ||
+        h5.Pset_attr_phase_change(gcpl, max_compact, min_dense) < 0) {
+        if (gcpl >= 0) h5.Pclose(gcpl);
+        return -1;
+    }
+    return gcpl;
 }
 
 /* (name, link type, object address) in creation order when the group tracks it, else by name. */
@@ -1445,8 +1482,9 @@ static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char
         } else if ((object = h5.Oopen(src_group, item->name, H5P_DEFAULT)) < 0) {
             result = FAIL("cannot open %s", path);
         } else if (h5.Iget_type(object) == H5I_GROUP) {
-            hid_t gcpl = h5.Gget_create_plist(object);
-            hid_t copy = gcpl < 0 ? -1 : h5.Gcreate2(dst_group, item->name, lcpl, gcpl, H5P_DEFAULT);
+            hid_t gcpl = h5.Gget_create_plist(object), new_gcpl = gcpl < 0 ? -1 : group_create_plist(gcpl);
+            hid_t copy = new_gcpl < 0 ? -1 : h5.Gcreate2(dst_group, item->name, lcpl, new_gcpl, H5P_DEFAULT);
+            if (new_gcpl >= 0) h5.Pclose(new_gcpl);
             if (copy < 0) result = FAIL("cannot create group %s in the copy", path);
             else {
                 result = copy_attributes(job, object, copy, gcpl);

@@ -323,7 +323,7 @@ class _Repacker:
                 elif child in ancestors:
                     sub = h5py.h5g.open(src_gid, bname)
                     gcpl = sub.get_create_plist()
-                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=gcpl)
+                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=_group_create_plist(gcpl))
                     self._copy_attributes(sub, new, gcpl, child)
                     walk(child, sub, new)
                 else:
@@ -486,9 +486,16 @@ class _Repacker:
         else:
             space = h5py.h5s.create_simple(tuple(plan["new_shape"]),
                                            tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
+        src_dcpl = src.id.get_create_plist()
+        dcpl = plan["dcpl"]
+        if not _tracks_creation_order(src_dcpl, "get_attr_creation_order") and _attribute_count(src.id) > 1:
+            # Readers that list attributes in creation order (netCDF) list an untracked object's in the order
+            # its header stores them; a new header stores them where they fit, not in the order written.
+            # Tracked in the copy, that order is the source's (copied in its stored order).
+            dcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
         new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
-                              dcpl=plan["dcpl"], lcpl=None if replace else lcpl)
-        self._copy_attributes(src.id, new, plan["dcpl"], path)
+                              dcpl=dcpl, lcpl=None if replace else lcpl)
+        self._copy_attributes(src.id, new, src_dcpl, path)
         if replace:
             parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
             parent_id.links.move(TMP_DATASET, parent_id, bname)
@@ -748,6 +755,20 @@ def _read_spans(located, max_gap=None, max_span=None):
         end = max(end, address + size) if len(run) > 1 else address + size
     if run:
         yield start, end, run
+
+
+def _group_create_plist(source_gcpl):
+    """Creation properties for the copy of a group whose own are ``source_gcpl``: its creation-order
+    tracking and attribute storage thresholds in a new list, as h5repack does. Never the source's list
+    itself: HDF5 puts the group's link-info message in it, with the addresses of the group's fractal heap
+    and B-trees in the *source* file, and a group created with it in another file uses them there (groups
+    of more than 8 links tracked in creation order: ICESat-2 and GPM products failed with "wrong fractal
+    heap header signature" at the next link made in the copy)."""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    gcpl.set_link_creation_order(source_gcpl.get_link_creation_order())
+    gcpl.set_attr_creation_order(source_gcpl.get_attr_creation_order())
+    gcpl.set_attr_phase_change(*source_gcpl.get_attr_phase_change())
+    return gcpl
 
 
 def _copy_plist():
