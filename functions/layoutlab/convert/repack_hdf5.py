@@ -672,6 +672,17 @@ class _Repacker:
         for src, dst in self.deferred_datasets:
             if src.shape and math.prod(src.shape) == 0:
                 continue
+            tid = src.id.get_type()
+            offsets = _object_reference_offsets(tid)
+            if offsets is not None:
+                # Object references among fixed-size and variable-length parts (a compound of strings and
+                # references): HDF5's memory form, addresses rewritten in place, every other byte as stored
+                # (through numpy, NULL strings would become "" and bytes after a string's NUL be lost).
+                data = np.empty(src.shape, dtype=_opaque_dtype(tid.get_size()))
+                src.id.read(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+                self._remap_addresses(data, offsets)
+                dst.id.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=dst.id.get_type())
+                continue
             dst[()] = self._map_references(np.asarray(src[()]))
 
     def _dst_address(self, src_address: int) -> int:
@@ -785,12 +796,15 @@ UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def _object_reference_offsets(tid) -> list[int] | None:
-    """Byte offsets of the old-style object references in a fixed-size type (``[]``: none),
-    or None when the type holds references that cannot be rewritten as raw addresses
-    (region references, variable-length parts)."""
+    """Byte offsets of the old-style object references in a value of ``tid`` as HDF5's memory form
+    lays it out (``[]``: none), or None when it holds references that cannot be rewritten as raw
+    addresses (region or new-style references, references inside variable-length sequences).
+    Variable-length parts without references are pointers in that form, left as they are."""
     kind = tid.get_class()
     if kind == h5py.h5t.REFERENCE:
         return [0] if tid.get_size() == 8 and tid.equal(h5py.h5t.STD_REF_OBJ) else None
+    if not tid.detect_class(h5py.h5t.REFERENCE):
+        return []
     if kind == h5py.h5t.COMPOUND:
         offsets = []
         for index in range(tid.get_nmembers()):
@@ -799,9 +813,13 @@ def _object_reference_offsets(tid) -> list[int] | None:
                 return None
             offsets += [tid.get_member_offset(index) + o for o in inner]
         return offsets
-    if tid.detect_class(h5py.h5t.REFERENCE) or tid.detect_class(h5py.h5t.VLEN):
-        return None
-    return []
+    if kind == h5py.h5t.ARRAY:
+        base = tid.get_super()
+        inner = _object_reference_offsets(base)
+        if inner is None:
+            return None
+        return [i * base.get_size() + o for i in range(math.prod(tid.get_array_dims())) for o in inner]
+    return None
 
 
 def _scale_length(scale: h5py.Dataset) -> int:
@@ -910,7 +928,12 @@ def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
     return buffer.nbytes
 
 
-def _holds_references(dtype: np.dtype) -> bool:
+def _holds_references(dtype) -> bool:
+    """Whether values of ``dtype`` (a numpy dtype, or the ``str`` / ``bytes`` h5py gives as the base of a
+    variable-length string) hold object or region references anywhere."""
+    if dtype in (str, bytes):
+        return False
+    dtype = np.dtype(dtype)
     if h5py.check_ref_dtype(dtype) is not None:
         return True
     if dtype.names:
