@@ -506,3 +506,61 @@ def test_h5diffs_compound_of_strings_and_references_is_copied_byte_for_byte(tmp_
     assert "verified" in stdout
     same_h5dump(src, out)
     h5diff_finds_no_difference(src, out)
+
+
+def refused(src, out, env) -> str:
+    """``layoutlab repack`` that must refuse, in one line, without a traceback and leaving no output: that line."""
+    status, stdout, stderr, _ = run_layoutlab("repack", src, out, "--page-size", PAGE, env=env)
+    assert "Traceback" not in stdout + stderr, stderr
+    assert status != 0 and not out.exists()
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_virtual_dataset_is_refused_because_its_data_lives_outside_the_file(tmp_path, engine):
+    """A virtual dataset over another file failed --verify ("shape (5, 18, 8) became (0, 18, 8)") instead of
+    being refused for the true reason."""
+    with h5py.File(tmp_path / "source.h5", "w") as f:
+        f["x"] = np.arange(18 * 8.0).reshape(18, 8)
+    layout = h5py.VirtualLayout(shape=(5, 18, 8), dtype="f8")
+    for i in range(5):
+        layout[i] = h5py.VirtualSource("source.h5", "x", shape=(18, 8))
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f.create_virtual_dataset("stack", layout, fillvalue=0)
+    line = refused(tmp_path / "in.h5", tmp_path / "out.h5", engine)
+    assert "/stack is a virtual dataset: its data lives outside the file (in source.h5)" in line
+
+
+def test_a_virtual_dataset_over_the_file_itself_is_copied(tmp_path, engine):
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    layout = h5py.VirtualLayout(shape=(2, 3), dtype="f8")
+    with h5py.File(src, "w") as f:
+        f["a"], f["b"] = np.arange(3.0), np.arange(3.0) + 10
+        layout[0], layout[1] = h5py.VirtualSource(".", "a", shape=(3,)), h5py.VirtualSource(".", "b", shape=(3,))
+        f.create_virtual_dataset("both", layout, fillvalue=-1)
+    repack(src, out, env=engine)
+    assert "(1,0): 10, 11, 12" in same_h5dump(src, out)
+
+
+def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, engine):
+    """Raw data in external files (hdf5-json's h5ex_d_extern.h5): the copy pointed at files repack never read."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("DS1", data=np.arange(12, dtype="<i4"), external=[("in.data", 0, 48)])
+    line = refused(src, tmp_path / "out.h5", engine)
+    assert "/DS1 stores its raw data in external file(s) in.data: its data lives outside the file" in line
+
+
+TOOL_SAMPLES = repack_corpus.CORPUS / "hdf5-tools"
+
+
+@pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
+@pytest.mark.parametrize("sample, reason", [
+    ("tudlink.h5", "/udlink1 is a user-defined link (link class 187), which HDF5 cannot copy"),
+    ("trefer_obj.h5", "/Dataset3 holds HDF5 1.12-style references (H5R_ref_t)"),
+])
+def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, engine, sample, reason):
+    """h5dump's tudlink.h5 (user-defined links of an unregistered class) and trefer_obj.h5 (HDF5 1.12
+    references, which h5py cannot read): tracebacks. h5repack 1.10 refuses both too."""
+    assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5", engine)

@@ -1305,6 +1305,10 @@ static int dataset_must_change(job_t *job, hid_t dset, const char *path, object_
         goto done;
     }
     int layout = h5.Pget_layout(dcpl), kind = h5.Sget_simple_extent_type(space);
+    if (layout == H5D_VIRTUAL || h5.Pget_external_count(dcpl) > 0) { /* (the Python engine decides) */
+        DECLINE("%s is a virtual dataset or has external raw-data files", path);
+        goto done;
+    }
     result = 0;
     if (layout == H5D_VIRTUAL || kind == H5S_NULL) {
         result = 0;

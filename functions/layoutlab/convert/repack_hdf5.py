@@ -243,6 +243,7 @@ class _Repacker:
             objects.append((path, info.addr))
 
         h5py.h5o.visit(self.src.id, seen, info=True)
+        self._refuse_user_defined_links(["/"] + [p for p, kind in kinds.items() if kind == h5py.h5o.TYPE_GROUP])
         # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
         # from the source alone.
         plans: dict[str, dict] = {}
@@ -360,6 +361,7 @@ class _Repacker:
             new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
             self.summary.attributes += 1
             if tid.detect_class(h5py.h5t.REFERENCE):  # (never a plain one: those are copied in C)
+                _refuse_new_style_references(self.src_path, path, tid, attr.get_name().decode("utf-8", "surrogateescape"))
                 self.deferred_attrs.append((src_id, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if space.get_simple_extent_type() != h5py.h5s.NULL:
                 data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
@@ -383,15 +385,12 @@ class _Repacker:
         dcpl = src.id.get_create_plist()
         layout = dcpl.get_layout()
         space = src.id.get_space()
-        if layout == h5py.h5d.VIRTUAL or space.get_simple_extent_type() == h5py.h5s.NULL:
+        self._refuse_data_outside_the_file(path, dcpl, layout)
+        _refuse_new_style_references(self.src_path, path, src.id.get_type())
+        if space.get_simple_extent_type() == h5py.h5s.NULL:
             return None
         if space.get_simple_extent_type() == h5py.h5s.SCALAR:
             return self._plan_scalar(src, path, dcpl, layout)
-        if dcpl.get_external_count():
-            self.summary.notes.append(f"{path}: raw data in external file(s) "
-                                      f"{', '.join(dcpl.get_external(i)[0].decode() for i in range(dcpl.get_external_count()))}"
-                                      " left there (as h5repack does)")
-            return None
         shape = space.get_simple_extent_dims()
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
@@ -456,6 +455,30 @@ class _Repacker:
             self._require_filters(src, path)
         return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
                 "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src}
+
+    def _refuse_data_outside_the_file(self, path, dcpl, layout):
+        """A virtual dataset (its sources) or a dataset with external raw-data files keeps its data outside
+        the file: a copy would either point at files repack never read, or read files the input names
+        (any path on this machine). Refused, naming the files."""
+        if layout == h5py.h5d.VIRTUAL:
+            sources = sorted({dcpl.get_virtual_filename(i) for i in range(dcpl.get_virtual_count())} - {"."})
+            if not sources:  # ("." is the file itself: H5Ocopy's copy maps the copy's own datasets)
+                return
+            raise UserError(f"{self.src_path}: {path} is a virtual dataset: its data lives outside the file "
+                            f"(in {', '.join(sources)}), and repack copies only what the file holds")
+        if dcpl.get_external_count():
+            names = [dcpl.get_external(i)[0].decode("utf-8", "replace") for i in range(dcpl.get_external_count())]
+            raise UserError(f"{self.src_path}: {path} stores its raw data in external file(s) {', '.join(names)}: "
+                            "its data lives outside the file, and repack copies only what the file holds")
+
+    def _refuse_user_defined_links(self, group_paths):
+        """HDF5 copies a user-defined link only when its link class is registered in this process, which no
+        class is (h5repack refuses these files too): refused, naming the link, before anything is written."""
+        for group_path in group_paths:
+            for name, kind, _ in _members(self.src[group_path]):
+                if kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL):
+                    raise UserError(f"{self.src_path}: {_join(group_path, name)} is a user-defined link (link class "
+                                    f"{kind}), which HDF5 cannot copy without that class registered")
 
     def _plan_scalar(self, src, path, dcpl, layout):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
@@ -548,6 +571,8 @@ class _Repacker:
             for position in range(0 if path in self.attributes_seen else _attribute_count(oid)):
                 attr = h5py.h5a.open(oid, index=position)
                 if attr.get_type().detect_class(h5py.h5t.REFERENCE):
+                    _refuse_new_style_references(self.src_path, path, attr.get_type(), attr.get_name().decode(
+                        "utf-8", "surrogateescape"))
                     self.deferred_attrs.append((oid, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if h5py.h5i.get_type(oid) == h5py.h5i.DATASET and oid.get_type().detect_class(h5py.h5t.REFERENCE):
                 self.deferred_datasets.append((h5py.Dataset(oid), self.dst[path]))
@@ -793,6 +818,27 @@ TMP_ROOT = b".layoutlab-repack-root"
 TMP_DATASET = b".layoutlab-repack-dataset"
 TMP_HOLD = b".layoutlab-repack-hold"
 UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _refuse_new_style_references(src_path, path, tid, attribute=None):
+    """HDF5 1.12's references (``H5R_ref_t``: object, region and attribute references that may name
+    other files) are not yet pointed at the copies (h5py cannot read them, h5repack 1.10 refuses them
+    too): refused, naming where."""
+    if tid.detect_class(h5py.h5t.REFERENCE) and _object_reference_offsets(tid) is None and _has_new_style_reference(tid):
+        where = f"{path} (attribute {attribute!r})" if attribute else path
+        raise UserError(f"{src_path}: {where} holds HDF5 1.12-style references (H5R_ref_t), which repack cannot "
+                        "yet point at the copies of their targets")
+
+
+def _has_new_style_reference(tid) -> bool:
+    kind = tid.get_class()
+    if kind == h5py.h5t.REFERENCE:
+        return tid.get_size() not in (8, 12)  # (old-style: 8-byte object, 12-byte region references)
+    if kind == h5py.h5t.COMPOUND:
+        return any(_has_new_style_reference(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    if kind in (h5py.h5t.ARRAY, h5py.h5t.VLEN):
+        return _has_new_style_reference(tid.get_super())
+    return False
 
 
 def _object_reference_offsets(tid) -> list[int] | None:
