@@ -564,3 +564,18 @@ def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, engine, sam
     """h5dump's tudlink.h5 (user-defined links of an unregistered class) and trefer_obj.h5 (HDF5 1.12
     references, which h5py cannot read): tracebacks. h5repack 1.10 refuses both too."""
     assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5", engine)
+
+
+@pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
+def test_an_already_paged_file_with_latest_format_chunk_indexes(tmp_path, engine):
+    """h5format_convert's h5fc_ext1_f.h5 (paged; fixed-array, extensible-array and v2-B-tree chunk
+    indexes): refused with "cannot write the chunk stored at byte 4168". HDF5 2.0's H5Dchunk_iter
+    lists chunks (0, 6) and (0, 9) of the 4 x 6 extensible-array dataset, which reads find at (2, 0)
+    and (2, 3): such a dataset is copied decoded, and the copy reads as the input does."""
+    src, out = TOOL_SAMPLES / "h5fc_ext1_f.h5", tmp_path / "out.h5"
+    stdout = repack(src, out, env=engine)
+    assert "verified" in stdout
+    dump = same_h5dump(src, out)
+    assert "(2,0): 12, 13, 14, 0, 0, 0," in dump
+    with h5py.File(out) as f:
+        assert f["DSET_EA"].maxshape == (4, 6)

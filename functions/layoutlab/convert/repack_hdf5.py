@@ -531,9 +531,8 @@ class _Repacker:
         shape, new_chunks = plan["shape"], plan["new_chunks"]
         if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
             return  # (values holding references are written by the reference pass)
-        if plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed":
-            self._copy_raw_chunks(src, new)
-        else:
+        if not (plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed"
+                and self._copy_raw_chunks(src, new)):
             dst = h5py.Dataset(new)
             for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
                 _copy_selection(src, dst, selection)
@@ -637,15 +636,22 @@ class _Repacker:
                             f"{math.prod(new) * src.dtype.itemsize} bytes, larger than the page size {self.page_size}")
         return tuple(min(c, m) if m is not None else c for c, m in zip(new, new_maxshape))
 
-    def _copy_raw_chunks(self, src: h5py.Dataset, dst_id):
-        """Stored chunk bytes copied as they are: no decompression, no recompression."""
+    def _copy_raw_chunks(self, src: h5py.Dataset, dst_id) -> bool:
+        """Stored chunk bytes copied as they are: no decompression, no recompression. False (nothing
+        written) when a chunk is listed wholly beyond the shape: the listing is not where readers find
+        the values (fastcopy_stored_chunks in _fastcopy.c says when), which are then copied decoded."""
         if self.fast:
-            chunks, _ = fastcopy.copy_chunks(src.id, dst_id, self.src_fd, src.id.rank, READ_SPAN_BYTES,
-                                             READ_GAP_BYTES, self.progress)
-            self.summary.chunks_copied_raw += chunks
-            return
+            done = fastcopy.copy_chunks(src.id, dst_id, self.src_fd, src.id.rank, READ_SPAN_BYTES,
+                                        READ_GAP_BYTES, self.progress)
+            if done is None:
+                return False
+            self.summary.chunks_copied_raw += done[0]
+            return True
         located = []
         src.id.chunk_iter(lambda info: located.append((info.chunk_offset, info.filter_mask, info.byte_offset, info.size)))
+        extent = dst_id.get_space().get_simple_extent_dims()
+        if not _listed_within(located, extent):
+            return False
         located.sort(key=lambda item: item[2])  # read the source front to back
         write = dst_id.write_direct_chunk
         done = 0
@@ -668,6 +674,7 @@ class _Repacker:
         if self.progress and done:
             self.progress(done)
         self.summary.chunks_copied_raw += len(located)
+        return True
 
     def _copy_decoded(self, src: h5py.Dataset, dst: h5py.Dataset, new_chunks):
         for selection in _blocks(src.shape, new_chunks or src.chunks, src.dtype.itemsize):
@@ -770,6 +777,13 @@ class _Repacker:
             self.dst_refs[dst_path] = h5py.h5r.create(self.dst.id, dst_path.encode("utf-8", "surrogateescape"),
                                                       h5py.h5r.OBJECT)
         return self.dst_refs[dst_path]
+
+
+def _listed_within(located, extent) -> bool:
+    """Every listed chunk (its offset first) starts inside ``extent``. HDF5 2.0's H5Dchunk_iter lists
+    (0, 6) and (0, 9) for the extensible-array index of HDF5's tools' h5fc_ext1_f.h5, a 4 x 6 dataset
+    whose reads find those chunks at (2, 0) and (2, 3): such a listing is not where the values are."""
+    return all(all(o < n for o, n in zip(item[0], extent)) for item in located)
 
 
 def _read_spans(located, max_gap=None, max_span=None):
@@ -1255,8 +1269,9 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
     tid = a.id.get_type()
     same_chunks = (dcpl_a.get_layout() == dcpl_b.get_layout() == h5py.h5d.CHUNKED
                    and dcpl_a.get_chunk() == dcpl_b.get_chunk())
-    if same_chunks and not _needs_walk(tid):
-        if not _same_stored_chunks(a, b):
+    same_stored = _same_stored_chunks(a, b) if same_chunks and not _needs_walk(tid) else None
+    if same_stored is not None:
+        if not same_stored:
             problems.append(f"{a.name}: stored chunks differ")
         elif _filters(dcpl_a):  # the same bytes prove a faithful copy, not readable data: decode them once
             _decode_every_chunk(a, block_bytes)
@@ -1289,13 +1304,17 @@ def _decode_every_chunk(dataset: h5py.Dataset, block_bytes: int) -> None:
 
 
 def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
-    """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs)."""
+    """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs);
+    None when the input lists a chunk wholly beyond its shape (not where readers find its values:
+    compared decoded)."""
     def located(ds):
         found = {}
         ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset), (info.filter_mask, info.size)))
         return found
 
     chunks_a, chunks_b = located(a), located(b)
+    if not _listed_within([(offset,) for offset in chunks_a], a.shape):
+        return None
     if chunks_a != chunks_b:
         return False
     return all(a.id.read_direct_chunk(offset) == b.id.read_direct_chunk(offset) for offset in chunks_a)
