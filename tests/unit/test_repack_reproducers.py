@@ -557,12 +557,13 @@ TOOL_SAMPLES = repack_corpus.CORPUS / "hdf5-tools"
 
 @pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
 @pytest.mark.parametrize("sample, reason", [
-    ("tudlink.h5", "/udlink1 is a user-defined link (link class 187), which HDF5 cannot copy"),
+    ("tudlink.h5", "/udlink1 is a user-defined link (link class 187) in the root group, which HDF5 cannot move"),
     ("trefer_obj.h5", "/Dataset3 holds HDF5 1.12-style references (H5R_ref_t)"),
 ])
 def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, engine, sample, reason):
-    """h5dump's tudlink.h5 (user-defined links of an unregistered class) and trefer_obj.h5 (HDF5 1.12
-    references, which h5py cannot read): tracebacks. h5repack 1.10 refuses both too."""
+    """h5dump's tudlink.h5 (user-defined links of an unregistered class in the root group) and
+    trefer_obj.h5 (HDF5 1.12 references, which h5py cannot read): tracebacks. h5repack 1.10 refuses
+    both too. (A user-defined link below the root is copied by H5Ocopy: hdf5-json/tall_with_udlink.h5.)"""
     assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5", engine)
 
 

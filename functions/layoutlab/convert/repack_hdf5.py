@@ -243,7 +243,7 @@ class _Repacker:
             objects.append((path, info.addr))
 
         h5py.h5o.visit(self.src.id, seen, info=True)
-        self._refuse_user_defined_links(["/"] + [p for p, kind in kinds.items() if kind == h5py.h5o.TYPE_GROUP])
+        self._refuse_user_defined_links_in_the_root()
         # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
         # from the source alone.
         plans: dict[str, dict] = {}
@@ -471,14 +471,15 @@ class _Repacker:
             raise UserError(f"{self.src_path}: {path} stores its raw data in external file(s) {', '.join(names)}: "
                             "its data lives outside the file, and repack copies only what the file holds")
 
-    def _refuse_user_defined_links(self, group_paths):
-        """HDF5 copies a user-defined link only when its link class is registered in this process, which no
-        class is (h5repack refuses these files too): refused, naming the link, before anything is written."""
-        for group_path in group_paths:
-            for name, kind, _ in _members(self.src[group_path]):
-                if kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL):
-                    raise UserError(f"{self.src_path}: {_join(group_path, name)} is a user-defined link (link class "
-                                    f"{kind}), which HDF5 cannot copy without that class registered")
+    def _refuse_user_defined_links_in_the_root(self):
+        """H5Ocopy copies a user-defined link inside a group it copies, but the root's members are moved
+        from under a temporary group (``_copy_whole_tree``), and HDF5 moves a user-defined link only when
+        its link class is registered in this process, which none is (h5repack refuses such files too):
+        refused, naming the link, before anything is written."""
+        for name, kind, _ in _members(self.src["/"]):
+            if kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL):
+                raise UserError(f"{self.src_path}: /{name} is a user-defined link (link class {kind}) in the root "
+                                "group, which HDF5 cannot move into the copy without that class registered")
 
     def _plan_scalar(self, src, path, dcpl, layout):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
