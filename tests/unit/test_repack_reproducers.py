@@ -28,6 +28,7 @@ from layoutlab.convert.repack_common import RepackSummary
 from layoutlab.convert.repack_hdf5 import compare_files, verify_copy
 from layoutlab.errors import UserError
 from repack_helpers import (
+    hdf5_library,
     link_storage,
     run_layoutlab,
     set_link_phase_change,
@@ -580,3 +581,46 @@ def test_an_already_paged_file_with_latest_format_chunk_indexes(tmp_path, engine
     assert "(2,0): 12, 13, 14, 0, 0, 0," in dump
     with h5py.File(out) as f:
         assert f["DSET_EA"].maxshape == (4, 6)
+
+
+def _write_hdf5_112_attribute_references(path, owner: str):
+    """An attribute of two HDF5 1.12 references (``H5R_ref_t``: to an attribute and to a dataset) on
+    ``owner``, written through the library h5py links (h5py cannot write these)."""
+    import ctypes
+
+    library, hid = hdf5_library(), ctypes.c_int64
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(10.0)
+        f["data"].attrs["units"] = "m"
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        h5py.h5d.create(f.id, b"compact", h5py.h5t.IEEE_F64LE, h5py.h5s.create_simple((3,)), dcpl=dcpl)
+        refs = (ctypes.c_ubyte * 64 * 2)()  # (sizeof(H5R_ref_t) == 64)
+        library.H5Rcreate_attr.argtypes = [hid, ctypes.c_char_p, ctypes.c_char_p, hid, ctypes.c_void_p]
+        library.H5Rcreate_object.argtypes = [hid, ctypes.c_char_p, hid, ctypes.c_void_p]
+        library.H5Acreate2.restype, library.H5Acreate2.argtypes = hid, [hid, ctypes.c_char_p, hid, hid, hid, hid]
+        library.H5Awrite.argtypes, library.H5Aclose.argtypes = [hid, hid, ctypes.c_void_p], [hid]
+        library.H5Rdestroy.argtypes = [ctypes.c_void_p]
+        assert library.H5Rcreate_attr(f.id.id, b"data", b"units", 0, ctypes.byref(refs, 0)) >= 0
+        assert library.H5Rcreate_object(f.id.id, b"compact", 0, ctypes.byref(refs, 64)) >= 0
+        std_ref = hid.in_dll(library, "H5T_STD_REF_g").value
+        space, target = h5py.h5s.create_simple((2,)), f[owner]  # (held: their identifiers must stay open)
+        attr = library.H5Acreate2(target.id.id, b"refs", std_ref, space.id, 0, 0)
+        assert attr >= 0 and library.H5Awrite(attr, std_ref, refs) >= 0
+        library.H5Aclose(attr)
+        for offset in (0, 64):
+            library.H5Rdestroy(ctypes.byref(refs, offset))
+
+
+@pytest.mark.parametrize("owner", ["/", "data", "compact"])
+def test_hdf5_112_attribute_references_are_refused_not_blamed_on_the_file(tmp_path, engine, owner):
+    """Attributes of HDF5 1.12 references: the native engine read them before declining and left the
+    source open through them, and the Python engine then called the file "truncated or damaged" ("file
+    close degree doesn't match"); an attribute copied onto the root or a dataset made anew hit "Datatype
+    version out of bounds". Now one line naming the attribute, by either engine."""
+    src = tmp_path / "in.h5"
+    _write_hdf5_112_attribute_references(src, owner)
+    line = refused(src, tmp_path / "out.h5", engine)
+    name = "/" + owner.strip("/")
+    assert f"{name} (attribute 'refs') holds HDF5 1.12-style references (H5R_ref_t)" in line
+    assert "damaged" not in line

@@ -789,11 +789,10 @@ static int defer_references(job_t *job, hid_t attr, hid_t copy, const char *name
         FAIL("cannot size attribute %s", name);
         goto done;
     }
-    if (h5.Aread(attr, type, d.data) < 0) {
-        FAIL("cannot read attribute %s", name);
-        goto done;
-    }
-    read = 1;
+    /* The kind of references decided from the type, before any value is read: HDF5 1.12's references
+     * (H5R_ref_t) read into memory hold the source file open until each is destroyed, and a declined
+     * file left open that way could not be opened again by the Python engine ("file close degree
+     * doesn't match", which read as a damaged file). */
     if (h5.Tget_class(type) == H5T_VLEN) {
         hid_t base = h5.Tget_super(type);
         int plain = base >= 0 && h5.Tequal(base, *h5.T_STD_REF_OBJ) > 0;
@@ -807,6 +806,11 @@ static int defer_references(job_t *job, hid_t attr, hid_t copy, const char *name
         DECLINE("attribute %s holds references other than object references", name);
         goto done;
     }
+    if (h5.Aread(attr, type, d.data) < 0) {
+        FAIL("cannot read attribute %s", name);
+        goto done;
+    }
+    read = 1;
     if (job->ndeferred == job->deferred_capacity) {
         size_t capacity = job->deferred_capacity ? 2 * job->deferred_capacity : 256;
         deferred_attribute *grown = realloc(job->deferred, capacity * sizeof *grown);

@@ -358,10 +358,10 @@ class _Repacker:
                     break
             attr = h5py.h5a.open(src_id, index=position, index_type=index, order=order)
             tid, space = attr.get_type(), attr.get_space()
+            _refuse_new_style_references(self.src_path, path, tid, attr.get_name().decode("utf-8", "surrogateescape"))
             new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
             self.summary.attributes += 1
             if tid.detect_class(h5py.h5t.REFERENCE):  # (never a plain one: those are copied in C)
-                _refuse_new_style_references(self.src_path, path, tid, attr.get_name().decode("utf-8", "surrogateescape"))
                 self.deferred_attrs.append((src_id, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if space.get_simple_extent_type() != h5py.h5s.NULL:
                 data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
