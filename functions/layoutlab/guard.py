@@ -180,7 +180,7 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
             # not a crash: the kernel's OOM killer, an operator, or a stop that reached the whole process group
             raise GuardedCallFailed(f"{path}: the worker process was stopped ({name}: out of memory, or stopped "
                                     "from outside); the file is not known to be damaged")
-        raise BadInputFile(path, f"the HDF5 library crashed reading it ({name}); the file is probably damaged")
+        raise _crash_verdict(path, name)
     if not data:
         raise GuardedCallFailed(f"{path}: the worker process ended without an answer (exit status "
                                 f"{os.WEXITSTATUS(status)})")
@@ -192,6 +192,29 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
     if answer[1].startswith("MemoryError"):  # over the memory limit: the caller (and Step Functions' Retry) must see it
         raise MemoryError(f"{path}: {answer[1]} (in the worker process)")
     raise GuardedCallFailed(f"{answer[1]}\n--- in the worker process ---\n{answer[2]}")
+
+
+def _crash_verdict(path: str, signal_name: str) -> UserError:
+    """The error for a worker that died of ``signal_name``: the file is called damaged only when h5dump
+    (another reader: HDF5's own tool, another build of the library) cannot read its metadata either;
+    otherwise the fault is ours or the library's, and the error says so (one line all the same)."""
+    import shutil
+    import subprocess
+
+    h5dump = shutil.which("h5dump")
+    if h5dump is None:
+        return UserError(f"{path}: the HDF5 library crashed ({signal_name}) while working on it; whether the "
+                         "file is damaged is not known (h5dump, which would tell, is not installed)")
+    try:
+        read = subprocess.run([h5dump, "-H", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        read = False
+    if read:
+        return UserError(f"{path}: the HDF5 library crashed ({signal_name}) while working on it, but h5dump reads "
+                         "the file: a fault of layoutlab or of the HDF5 library, not of the file")
+    return BadInputFile(path, f"the HDF5 library crashed reading it ({signal_name}) and h5dump cannot read it "
+                              "either; the file is probably damaged")
 
 
 def _reap(pid: int, *, kill: bool) -> int:

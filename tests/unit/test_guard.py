@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import signal
 import time
 
 import pytest
 
-from layoutlab.errors import BadInputFile
+from layoutlab.errors import BadInputFile, UserError
 from layoutlab.guard import GuardedCallFailed, run_guarded
 
 
@@ -73,8 +74,25 @@ def test_a_spin_is_stopped_on_a_core_shared_with_another_busy_process():
 
 
 def test_a_crash_by_signal_is_a_clean_error():
-    with pytest.raises(BadInputFile, match="crashed reading it .SIGSEGV."):
-        run_guarded(crash, path="f.h5")
+    with pytest.raises(BadInputFile, match="crashed reading it .SIGSEGV. and h5dump cannot read it either"):
+        run_guarded(crash, path="f.h5")  # (no such file: h5dump fails too)
+
+
+@pytest.mark.skipif(shutil.which("h5dump") is None, reason="needs h5dump (make sysdeps)")
+def test_a_crash_on_a_file_h5dump_reads_is_not_blamed_on_the_file(tmp_path):
+    """Issue 27: the native engine crashed (SIGSEGV) on a valid file with attribute references, and the
+    error called the file "probably damaged"."""
+    import h5py
+
+    path = tmp_path / "fine.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = [1, 2, 3]
+    with pytest.raises(UserError) as raised:
+        run_guarded(crash, path=str(path))
+    assert not isinstance(raised.value, BadInputFile)
+    message = str(raised.value)
+    assert message.startswith(str(path)) and "SIGSEGV" in message and "h5dump reads the file" in message
+    assert "damaged" not in message
 
 
 def test_a_slow_call_that_waits_is_not_stopped_and_its_result_comes_back():

@@ -28,6 +28,7 @@ from layoutlab.convert.repack_common import RepackSummary
 from layoutlab.convert.repack_hdf5 import compare_files, verify_copy
 from layoutlab.errors import UserError
 from repack_helpers import (
+    hdf5_library,
     link_storage,
     run_layoutlab,
     set_link_phase_change,
@@ -426,3 +427,200 @@ def test_verify_names_a_missing_filter_plugin(tmp_path, no_plugins):
     message = str(error.value)
     assert "damaged" not in message
     assert "32004" in message and "plugin" in message and "/v" in message
+
+
+# --- issue 27: real NASA granules (ICESat-2 ATL06, GPM DPR 2A) and HDF5's tool test files ----------
+
+
+def test_a_dense_group_holding_a_dataset_made_anew(tmp_path, engine):
+    """A group of more than 8 links tracked in creation order (ICESat-2's /ancillary_data, GPM's
+    swaths) holding a COMPACT or unlimited dataset: the group is made anew, and was made with the
+    source group's creation properties, which carry the addresses of its fractal heap in the source
+    file: refused with "wrong fractal heap header signature"."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    with h5py.File(src, "w", track_order=True) as f:
+        group = f.create_group("ancillary_data", track_order=True)
+        for k in range(12):
+            group[f"v{k:02d}"] = np.arange(k + 1)
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        compact = h5py.h5d.create(group.id, b"compact", h5py.h5t.IEEE_F64LE, h5py.h5s.create_simple((1,)), dcpl=dcpl)
+        compact.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([2.5]))
+        group.create_dataset("growing", data=np.arange(5.0), maxshape=(None,), chunks=(2,))
+        assert link_storage(group) == "dense"
+    stdout = repack(src, out, env=engine)
+    assert "verified" in stdout
+    same_h5dump(src, out)  # (not ncdump: fixing an unlimited axis renames netCDF's phony dimensions)
+    h5diff_finds_no_difference(src, out)
+    with h5py.File(out) as f:
+        assert list(f["ancillary_data"]) == [f"v{k:02d}" for k in range(12)] + ["compact", "growing"]
+        assert f["ancillary_data/growing"].maxshape == (5,)
+
+
+def test_untracked_attributes_of_a_dataset_made_anew_keep_their_order(tmp_path, engine):
+    """ncdump lists the attributes of an object that tracks no creation order in the order its header
+    stores them. A dataset made anew (ICESat-2's /orbit_info/cycle_number: unlimited, 9 attributes in
+    an HDF5 1.8 header) got them in name order (native engine) or, past 8, in a new header's dense
+    storage (both engines): ncdump showed another order."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    in_stored_order = {"units": b"counts", "contentType": b"referenceInformation", "long_name": b"Cycle Number",
+                       "description": b"Tracks the number of 91-day cycles in the mission, beginning with 01.",
+                       "source": b"POD/PPD", "coordinates": b"crossing_time", "valid_min": np.int8(0),
+                       "valid_max": np.int8(50), "comment": b"a ninth attribute"}
+    with h5py.File(src, "w", libver="earliest") as f:  # (version 1 object headers, as HDF5 1.8 writes)
+        growing = f.create_dataset("growing", data=np.arange(3, dtype="i1"), maxshape=(None,), chunks=(2,))
+        for name, value in in_stored_order.items():
+            growing.attrs[name] = np.bytes_(value) if isinstance(value, bytes) else value
+        assert not growing.id.get_create_plist().get_attr_creation_order()
+    repack(src, out, env=engine)
+    header = same_ncdump(src, out)
+    assert re.findall(r"growing:(\w+) =", header) == list(in_stored_order)
+    h5diff_finds_no_difference(src, out)
+
+
+def test_a_compound_of_strings_and_references(tmp_path, engine):
+    """A compound of variable-length strings (plain and in an array) and object references (h5diff's
+    h5diff_comp_vl_strs.h5): a traceback (AttributeError in _holds_references); rewritten through
+    numpy, the references' values would also have lost NULL strings."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    record = np.dtype([("label", h5py.string_dtype()), ("target", h5py.ref_dtype), ("count", ">i4"),
+                       ("names", h5py.string_dtype(), (2,))])
+    with h5py.File(src, "w") as f:
+        first, second = f.create_dataset("first", data=np.arange(3)), f.create_dataset("second", data=np.arange(4))
+        f.create_dataset("records", data=np.array([("one", first.ref, 20, ("x", "y")),
+                                                   ("two", second.ref, 30, ("", "zz"))], dtype=record))
+    repack(src, out, env=engine)
+    dump = same_h5dump(src, out)
+    assert '"/second"' in dump and '"zz"' in dump
+    h5diff_finds_no_difference(src, out)
+    with h5py.File(out) as f:
+        assert [f[ref].name for ref in f["records"]["target"]] == ["/first", "/second"]
+
+
+@pytest.mark.skipif(not (repack_corpus.CORPUS / "hdf5-tools").is_dir(), reason="shared corpus not present")
+def test_h5diffs_compound_of_strings_and_references_is_copied_byte_for_byte(tmp_path, engine):
+    """h5diff_comp_vl_strs.h5 stores bytes after the NUL of its fixed-length strings (nothing a reader
+    shows); the values holding references were rewritten through numpy, which dropped them, and
+    --verify (which compares stored bytes) refused the copy."""
+    src, out = repack_corpus.CORPUS / "hdf5-tools" / "h5diff_comp_vl_strs.h5", tmp_path / "out.h5"
+    stdout = repack(src, out, env=engine)
+    assert "verified" in stdout
+    same_h5dump(src, out)
+    h5diff_finds_no_difference(src, out)
+
+
+def refused(src, out, env) -> str:
+    """``layoutlab repack`` that must refuse, in one line, without a traceback and leaving no output: that line."""
+    status, stdout, stderr, _ = run_layoutlab("repack", src, out, "--page-size", PAGE, env=env)
+    assert "Traceback" not in stdout + stderr, stderr
+    assert status != 0 and not out.exists()
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_a_virtual_dataset_is_refused_because_its_data_lives_outside_the_file(tmp_path, engine):
+    """A virtual dataset over another file failed --verify ("shape (5, 18, 8) became (0, 18, 8)") instead of
+    being refused for the true reason."""
+    with h5py.File(tmp_path / "source.h5", "w") as f:
+        f["x"] = np.arange(18 * 8.0).reshape(18, 8)
+    layout = h5py.VirtualLayout(shape=(5, 18, 8), dtype="f8")
+    for i in range(5):
+        layout[i] = h5py.VirtualSource("source.h5", "x", shape=(18, 8))
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f.create_virtual_dataset("stack", layout, fillvalue=0)
+    line = refused(tmp_path / "in.h5", tmp_path / "out.h5", engine)
+    assert "/stack is a virtual dataset: its data lives outside the file (in source.h5)" in line
+
+
+def test_a_virtual_dataset_over_the_file_itself_is_copied(tmp_path, engine):
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    layout = h5py.VirtualLayout(shape=(2, 3), dtype="f8")
+    with h5py.File(src, "w") as f:
+        f["a"], f["b"] = np.arange(3.0), np.arange(3.0) + 10
+        layout[0], layout[1] = h5py.VirtualSource(".", "a", shape=(3,)), h5py.VirtualSource(".", "b", shape=(3,))
+        f.create_virtual_dataset("both", layout, fillvalue=-1)
+    repack(src, out, env=engine)
+    assert "(1,0): 10, 11, 12" in same_h5dump(src, out)
+
+
+def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, engine):
+    """Raw data in external files (hdf5-json's h5ex_d_extern.h5): the copy pointed at files repack never read."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("DS1", data=np.arange(12, dtype="<i4"), external=[("in.data", 0, 48)])
+    line = refused(src, tmp_path / "out.h5", engine)
+    assert "/DS1 stores its raw data in external file(s) in.data: its data lives outside the file" in line
+
+
+TOOL_SAMPLES = repack_corpus.CORPUS / "hdf5-tools"
+
+
+@pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
+@pytest.mark.parametrize("sample, reason", [
+    ("tudlink.h5", "/udlink1 is a user-defined link (link class 187) in the root group, which HDF5 cannot move"),
+    ("trefer_obj.h5", "/Dataset3 holds HDF5 1.12-style references (H5R_ref_t)"),
+])
+def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, engine, sample, reason):
+    """h5dump's tudlink.h5 (user-defined links of an unregistered class in the root group) and
+    trefer_obj.h5 (HDF5 1.12 references, which h5py cannot read): tracebacks. h5repack 1.10 refuses
+    both too. (A user-defined link below the root is copied by H5Ocopy: hdf5-json/tall_with_udlink.h5.)"""
+    assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5", engine)
+
+
+@pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
+def test_an_already_paged_file_with_latest_format_chunk_indexes(tmp_path, engine):
+    """h5format_convert's h5fc_ext1_f.h5 (paged; fixed-array, extensible-array and v2-B-tree chunk
+    indexes): refused with "cannot write the chunk stored at byte 4168". HDF5 2.0's H5Dchunk_iter
+    lists chunks (0, 6) and (0, 9) of the 4 x 6 extensible-array dataset, which reads find at (2, 0)
+    and (2, 3): such a dataset is copied decoded, and the copy reads as the input does."""
+    src, out = TOOL_SAMPLES / "h5fc_ext1_f.h5", tmp_path / "out.h5"
+    stdout = repack(src, out, env=engine)
+    assert "verified" in stdout
+    dump = same_h5dump(src, out)
+    assert "(2,0): 12, 13, 14, 0, 0, 0," in dump
+    with h5py.File(out) as f:
+        assert f["DSET_EA"].maxshape == (4, 6)
+
+
+def _write_hdf5_112_attribute_references(path, owner: str):
+    """An attribute of two HDF5 1.12 references (``H5R_ref_t``: to an attribute and to a dataset) on
+    ``owner``, written through the library h5py links (h5py cannot write these)."""
+    import ctypes
+
+    library, hid = hdf5_library(), ctypes.c_int64
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(10.0)
+        f["data"].attrs["units"] = "m"
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        h5py.h5d.create(f.id, b"compact", h5py.h5t.IEEE_F64LE, h5py.h5s.create_simple((3,)), dcpl=dcpl)
+        refs = (ctypes.c_ubyte * 64 * 2)()  # (sizeof(H5R_ref_t) == 64)
+        library.H5Rcreate_attr.argtypes = [hid, ctypes.c_char_p, ctypes.c_char_p, hid, ctypes.c_void_p]
+        library.H5Rcreate_object.argtypes = [hid, ctypes.c_char_p, hid, ctypes.c_void_p]
+        library.H5Acreate2.restype, library.H5Acreate2.argtypes = hid, [hid, ctypes.c_char_p, hid, hid, hid, hid]
+        library.H5Awrite.argtypes, library.H5Aclose.argtypes = [hid, hid, ctypes.c_void_p], [hid]
+        library.H5Rdestroy.argtypes = [ctypes.c_void_p]
+        assert library.H5Rcreate_attr(f.id.id, b"data", b"units", 0, ctypes.byref(refs, 0)) >= 0
+        assert library.H5Rcreate_object(f.id.id, b"compact", 0, ctypes.byref(refs, 64)) >= 0
+        std_ref = hid.in_dll(library, "H5T_STD_REF_g").value
+        space, target = h5py.h5s.create_simple((2,)), f[owner]  # (held: their identifiers must stay open)
+        attr = library.H5Acreate2(target.id.id, b"refs", std_ref, space.id, 0, 0)
+        assert attr >= 0 and library.H5Awrite(attr, std_ref, refs) >= 0
+        library.H5Aclose(attr)
+        for offset in (0, 64):
+            library.H5Rdestroy(ctypes.byref(refs, offset))
+
+
+@pytest.mark.parametrize("owner", ["/", "data", "compact"])
+def test_hdf5_112_attribute_references_are_refused_not_blamed_on_the_file(tmp_path, engine, owner):
+    """Attributes of HDF5 1.12 references: the native engine read them before declining and left the
+    source open through them, and the Python engine then called the file "truncated or damaged" ("file
+    close degree doesn't match"); an attribute copied onto the root or a dataset made anew hit "Datatype
+    version out of bounds". Now one line naming the attribute, by either engine."""
+    src = tmp_path / "in.h5"
+    _write_hdf5_112_attribute_references(src, owner)
+    line = refused(src, tmp_path / "out.h5", engine)
+    name = "/" + owner.strip("/")
+    assert f"{name} (attribute 'refs') holds HDF5 1.12-style references (H5R_ref_t)" in line
+    assert "damaged" not in line

@@ -56,9 +56,10 @@ static PyObject *load(PyObject *self, PyObject *args) {
 #undef HDF5_LOOK_UP
     static const char *globals[] = {"H5P_CLS_FILE_CREATE_ID_g", "H5P_CLS_FILE_ACCESS_ID_g", "H5T_STD_REF_OBJ_g",
                                     "H5T_NATIVE_INT_g", "H5T_NATIVE_UINT_g", "H5P_CLS_OBJECT_COPY_ID_g",
-                                    "H5P_CLS_LINK_CREATE_ID_g"};
+                                    "H5P_CLS_LINK_CREATE_ID_g", "H5P_CLS_GROUP_CREATE_ID_g"};
     hid_t **slots[] = {&found.P_CLS_FILE_CREATE, &found.P_CLS_FILE_ACCESS, &found.T_STD_REF_OBJ, &found.T_NATIVE_INT,
-                      &found.T_NATIVE_UINT, &found.P_CLS_OBJECT_COPY, &found.P_CLS_LINK_CREATE};
+                      &found.T_NATIVE_UINT, &found.P_CLS_OBJECT_COPY, &found.P_CLS_LINK_CREATE,
+                       &found.P_CLS_GROUP_CREATE};
     for (size_t i = 0; i < sizeof globals / sizeof *globals; i++) {
         if (!(*slots[i] = dlsym(library, globals[i])))
             return PyErr_Format(PyExc_OSError, "%s: the HDF5 library it links has no %s", path, globals[i]);
@@ -91,10 +92,14 @@ typedef struct {
     hsize_t *offsets;
     size_t count, capacity;
     int rank;
+    hsize_t extent[32]; /* the destination's current shape */
+    int beyond;         /* a chunk was listed wholly beyond it */
 } chunk_list;
 
 static int collect_chunk(const hsize_t *offset, unsigned mask, haddr_t address, hsize_t size, void *data) {
     chunk_list *list = data;
+    for (int i = 0; i < list->rank; i++)
+        if (offset[i] >= list->extent[i]) list->beyond = 1;
     if (list->count == list->capacity) {
         size_t capacity = list->capacity ? 2 * list->capacity : 1024;
         located_chunk *chunks = realloc(list->chunks, capacity * sizeof *chunks);
@@ -204,7 +209,8 @@ static void *read_ahead(void *arg) {
  * H5Dchunk_iter pass and read front to back from `fd` (the source file),
  * neighbours closer than max_gap in one pread of up to span_bytes, read ahead by
  * another thread (above). progress, if not None, is called with the bytes read
- * every 16 MiB and at the end. 0 on success; -1 with a Python exception set. */
+ * every 16 MiB and at the end. 0 on success; 1 when a chunk is listed beyond the shape (nothing
+ * written); -1 with a Python exception set. */
 int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_bytes, size_t max_gap,
                            PyObject *progress, unsigned long long *copied_out, unsigned long long *bytes_out) {
     if (rank < 1 || rank > 32) {
@@ -218,10 +224,26 @@ int fastcopy_stored_chunks(hid_t src, hid_t dst, int fd, int rank, size_t span_b
     int threaded = 0;
     unsigned long long copied = 0, bytes = 0, unreported = 0, total = 0;
     int status = -1;
+    hid_t dst_space = h5.Dget_space(dst);
+    int shaped = dst_space >= 0 && h5.Sget_simple_extent_ndims(dst_space) == rank &&
+                 h5.Sget_simple_extent_dims(dst_space, list.extent, NULL) == rank;
+    if (dst_space >= 0) h5.Sclose(dst_space);
+    if (!shaped) {
+        PyErr_SetString(PyExc_OSError, "cannot read the shape of the copy");
+        return -1;
+    }
 
     if (h5.Dchunk_iter(src, H5P_DEFAULT, collect_chunk, &list) < 0) {
         if (list.count == list.capacity && !list.chunks) PyErr_NoMemory();
         else PyErr_SetString(PyExc_OSError, "cannot list the stored chunks (damaged chunk index?)");
+        goto done;
+    }
+    if (list.beyond) {
+        /* A chunk listed wholly beyond the shape: the listing is not where readers find the values
+         * (HDF5 2.0's H5Dchunk_iter on the extensible-array index of HDF5's tools' h5fc_ext1_f.h5 lists
+         * (0, 6) and (0, 9) in a 4 x 6 dataset whose reads find them at (2, 0) and (2, 3)). Nothing
+         * written: the caller copies the values decoded. */
+        status = 1;
         goto done;
     }
     qsort(list.chunks, list.count, sizeof *list.chunks, by_address);
@@ -347,9 +369,10 @@ static PyObject *copy_chunks(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "LLiinnO", &src, &dst, &fd, &rank, &span_bytes, &max_gap, &progress)) return NULL;
     if (!check_bound()) return NULL;
     unsigned long long copied = 0, bytes = 0;
-    if (fastcopy_stored_chunks((hid_t)src, (hid_t)dst, fd, rank, (size_t)span_bytes, (size_t)max_gap, progress,
-                               &copied, &bytes) < 0)
-        return NULL;
+    int status = fastcopy_stored_chunks((hid_t)src, (hid_t)dst, fd, rank, (size_t)span_bytes, (size_t)max_gap,
+                                        progress, &copied, &bytes);
+    if (status < 0) return NULL;
+    if (status == 1) Py_RETURN_NONE; /* (not copied: the stored chunks are not where readers find the values) */
     return Py_BuildValue("KK", copied, bytes);
 }
 
@@ -766,11 +789,10 @@ static int defer_references(job_t *job, hid_t attr, hid_t copy, const char *name
         FAIL("cannot size attribute %s", name);
         goto done;
     }
-    if (h5.Aread(attr, type, d.data) < 0) {
-        FAIL("cannot read attribute %s", name);
-        goto done;
-    }
-    read = 1;
+    /* The kind of references decided from the type, before any value is read: HDF5 1.12's references
+     * (H5R_ref_t) read into memory hold the source file open until each is destroyed, and a declined
+     * file left open that way could not be opened again by the Python engine ("file close degree
+     * doesn't match", which read as a damaged file). */
     if (h5.Tget_class(type) == H5T_VLEN) {
         hid_t base = h5.Tget_super(type);
         int plain = base >= 0 && h5.Tequal(base, *h5.T_STD_REF_OBJ) > 0;
@@ -784,6 +806,11 @@ static int defer_references(job_t *job, hid_t attr, hid_t copy, const char *name
         DECLINE("attribute %s holds references other than object references", name);
         goto done;
     }
+    if (h5.Aread(attr, type, d.data) < 0) {
+        FAIL("cannot read attribute %s", name);
+        goto done;
+    }
+    read = 1;
     if (job->ndeferred == job->deferred_capacity) {
         size_t capacity = job->deferred_capacity ? 2 * job->deferred_capacity : 256;
         deferred_attribute *grown = realloc(job->deferred, capacity * sizeof *grown);
@@ -808,8 +835,9 @@ done:
 /* The attribute at `position` that copy_plain_attributes stopped at: variable-length values
  * (converted through the library's memory form), or object references (created now, written
  * by write_deferred). */
-static int copy_other_attribute(job_t *job, hid_t src, hid_t dst, unsigned long long position, int index) {
-    hid_t attr = h5.Aopen_by_idx(src, ".", index, H5_ITER_INC, position, H5P_DEFAULT, H5P_DEFAULT);
+static int copy_other_attribute(job_t *job, hid_t src, hid_t dst, unsigned long long position, int index,
+                                int order) {
+    hid_t attr = h5.Aopen_by_idx(src, ".", index, order, position, H5P_DEFAULT, H5P_DEFAULT);
     if (attr < 0) return FAIL("cannot open attribute %llu", position);
     hid_t type = h5.Aget_type(attr), space = type < 0 ? -1 : h5.Aget_space(attr), copy = -1;
     char *name = space < 0 ? NULL : attribute_name(attr);
@@ -865,13 +893,16 @@ static int copy_attributes(job_t *job, hid_t src, hid_t dst, hid_t create_plist)
     int count = h5.Aget_num_attrs(src);
     if (count < 0) return FAIL("cannot count attributes");
     if (!count) return 0;
-    int index = tracks_creation_order(h5.Pget_attr_creation_order, create_plist) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
+    /* in creation order when tracked, else in the order the source's header stores them (the Python
+     * engine's order; what netCDF lists for an untracked object) */
+    int tracked = tracks_creation_order(h5.Pget_attr_creation_order, create_plist);
+    int index = tracked ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME, order = tracked ? H5_ITER_INC : H5_ITER_NATIVE;
     unsigned long long position = 0;
     while (position < (unsigned long long)count) {
-        if (fastcopy_plain_attributes(src, dst, index, H5_ITER_INC, &position, &job->attributes) < 0)
+        if (fastcopy_plain_attributes(src, dst, index, order, &position, &job->attributes) < 0)
             return fail_with_python_error(job, "attributes");
         if (position >= (unsigned long long)count) break;
-        if (copy_other_attribute(job, src, dst, position, index) < 0) return -1;
+        if (copy_other_attribute(job, src, dst, position, index, order) < 0) return -1;
         position++;
     }
     return 0;
@@ -1154,12 +1185,23 @@ static int copy_dataset(job_t *job, hid_t src, haddr_t self, hid_t dst_group, co
             }
         }
     }
+    /* Readers that list attributes in creation order (netCDF) list an untracked object's in the order its
+     * header stores them; a new header stores them where they fit, not in the order written. Tracked in the
+     * copy, that order is the source's (copied in its stored order). */
+    int attrs_tracked = tracks_creation_order(h5.Pget_attr_creation_order, dcpl);
+    if (!attrs_tracked && h5.Aget_num_attrs(src) > 1 && h5.Pset_attr_creation_order(dcpl, H5P_CRT_ORDER_TRACKED) < 0) {
+        FAIL("cannot describe %s in the copy", path);
+        goto done;
+    }
     new_space = kind == H5S_SIMPLE ? h5.Screate_simple(rank, shape, newmax) : h5.Scopy(space);
     if (new_space < 0 || (dst = h5.Dcreate2(dst_group, name, type, new_space, lcpl, dcpl, H5P_DEFAULT)) < 0) {
         FAIL("cannot create %s in the copy", path);
         goto done;
     }
-    if (copy_attributes(job, src, dst, dcpl) < 0) goto done;
+    hid_t src_dcpl = attrs_tracked ? dcpl : h5.Dget_create_plist(src);
+    int copied = src_dcpl < 0 ? FAIL("cannot read the description of %s", path) : copy_attributes(job, src, dst, src_dcpl);
+    if (src_dcpl >= 0 && src_dcpl != dcpl) h5.Pclose(src_dcpl);
+    if (copied < 0) goto done;
     if (kind == H5S_SCALAR) {
         size_t size = h5.Tget_size(type);
         void *value = malloc(size ? size : 1);
@@ -1171,12 +1213,13 @@ static int copy_dataset(job_t *job, hid_t src, haddr_t self, hid_t dst_group, co
     } else if (kind != H5S_SIMPLE || product(dims, rank) == 0) {
         result = 0;
     } else if (layout == H5D_CHUNKED && !chunks_changed) {
-        if (fastcopy_stored_chunks(src, dst, job->src_fd, rank, job->span_bytes, job->max_gap, job->progress,
-                                   &job->chunks_raw, &(unsigned long long){0}) < 0) {
+        int status = fastcopy_stored_chunks(src, dst, job->src_fd, rank, job->span_bytes, job->max_gap,
+                                            job->progress, &job->chunks_raw, &(unsigned long long){0});
+        if (status < 0) {
             fail_with_python_error(job, path);
             goto done;
         }
-        result = 0;
+        result = status == 1 ? copy_decoded(job, src, dst, type, rank, dims, newchunks, path) : 0;
     } else {
         result = copy_decoded(job, src, dst, type, rank, dims, layout == H5D_CHUNKED ? newchunks : NULL, path);
     }
@@ -1225,6 +1268,27 @@ static herr_t collect_member(hid_t group, const char *name, const H5L_info2_t *i
     return 0;
 }
 
+/* Creation properties for the copy of a group whose own are `source_gcpl`: the source's creation-order
+ * tracking and attribute storage thresholds in a new list, as h5repack does. Never the source's list itself:
+ * H5Gget_create_plist puts the group's link-info message in it, with the addresses of the group's fractal
+ * heap and B-trees in the SOURCE file, and H5Gcreate2 given that list in another file uses them there (a
+ * group with more than 8 links tracked in creation order, as written by HDF5 1.8+ with creation order:
+ * ICESat-2 and GPM products; "wrong fractal heap header signature" or "address of object past end of
+ * allocation" at the next link made in the copy). */
+static hid_t group_create_plist(hid_t source_gcpl) {
+    hid_t gcpl = h5.Pcreate(*h5.P_CLS_GROUP_CREATE);
+    unsigned links = 0, attrs = 0, max_compact = 0, min_dense = 0;
+    if (gcpl < 0 || h5.Pget_link_creation_order(source_gcpl, &links) < 0 ||
+        h5.Pget_attr_creation_order(source_gcpl, &attrs) < 0 ||
+        h5.Pget_attr_phase_change(source_gcpl, &max_compact, &min_dense) < 0 ||
+        h5.Pset_link_creation_order(gcpl, links) < 0 || h5.Pset_attr_creation_order(gcpl, attrs) < 0 ||
+        h5.Pset_attr_phase_change(gcpl, max_compact, min_dense) < 0) {
+        if (gcpl >= 0) h5.Pclose(gcpl);
+        return -1;
+    }
+    return gcpl;
+}
+
 /* (name, link type, object address) in creation order when the group tracks it, else by name. */
 static int list_members(job_t *job, hid_t group, member_list *list) {
     hid_t gcpl = h5.Gget_create_plist(group);
@@ -1268,6 +1332,10 @@ static int dataset_must_change(job_t *job, hid_t dset, const char *path, object_
         goto done;
     }
     int layout = h5.Pget_layout(dcpl), kind = h5.Sget_simple_extent_type(space);
+    if (layout == H5D_VIRTUAL || h5.Pget_external_count(dcpl) > 0) { /* (the Python engine decides) */
+        DECLINE("%s is a virtual dataset or has external raw-data files", path);
+        goto done;
+    }
     result = 0;
     if (layout == H5D_VIRTUAL || kind == H5S_NULL) {
         result = 0;
@@ -1445,8 +1513,9 @@ static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char
         } else if ((object = h5.Oopen(src_group, item->name, H5P_DEFAULT)) < 0) {
             result = FAIL("cannot open %s", path);
         } else if (h5.Iget_type(object) == H5I_GROUP) {
-            hid_t gcpl = h5.Gget_create_plist(object);
-            hid_t copy = gcpl < 0 ? -1 : h5.Gcreate2(dst_group, item->name, lcpl, gcpl, H5P_DEFAULT);
+            hid_t gcpl = h5.Gget_create_plist(object), new_gcpl = gcpl < 0 ? -1 : group_create_plist(gcpl);
+            hid_t copy = new_gcpl < 0 ? -1 : h5.Gcreate2(dst_group, item->name, lcpl, new_gcpl, H5P_DEFAULT);
+            if (new_gcpl >= 0) h5.Pclose(new_gcpl);
             if (copy < 0) result = FAIL("cannot create group %s in the copy", path);
             else {
                 result = copy_attributes(job, object, copy, gcpl);

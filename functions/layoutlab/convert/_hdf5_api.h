@@ -170,6 +170,8 @@ typedef herr_t (*link_iter_op)(hid_t group, const char *name, const H5L_info2_t 
     X(herr_t, Pset_link_creation_order, (hid_t plist, unsigned flags))                                           \
     X(herr_t, Pget_attr_creation_order, (hid_t plist, unsigned *flags))                                          \
     X(herr_t, Pset_attr_creation_order, (hid_t plist, unsigned flags))                                           \
+    X(herr_t, Pget_attr_phase_change, (hid_t plist, unsigned *max_compact, unsigned *min_dense))                 \
+    X(herr_t, Pset_attr_phase_change, (hid_t plist, unsigned max_compact, unsigned min_dense))                   \
     X(herr_t, Pset_file_space_strategy, (hid_t fcpl, int strategy, hbool_t persist, hsize_t threshold))          \
     X(herr_t, Pset_file_space_page_size, (hid_t fcpl, hsize_t size))                                             \
     X(herr_t, Pset_libver_bounds, (hid_t fapl, int low, int high))                                               \
@@ -198,7 +200,7 @@ struct hdf5_api {
     HDF5_FUNCTIONS(HDF5_DECLARE_SLOT)
     /* library globals (identifiers valid once H5open has run) */
     hid_t *P_CLS_FILE_CREATE, *P_CLS_FILE_ACCESS, *T_STD_REF_OBJ, *T_NATIVE_INT, *T_NATIVE_UINT, *P_CLS_OBJECT_COPY,
-        *P_CLS_LINK_CREATE;
+        *P_CLS_LINK_CREATE, *P_CLS_GROUP_CREATE;
 };
 extern struct hdf5_api h5;
 

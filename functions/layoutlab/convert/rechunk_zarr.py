@@ -615,7 +615,10 @@ def _data_kind(ds) -> tuple[str, str | None]:
     """("numeric" | "string" | "bytes", None) or (kind, the reason it cannot be written)."""
     import h5py
 
-    dtype = ds.dtype
+    try:
+        dtype = ds.dtype
+    except TypeError:  # (h5py has no numpy type for HDF5 1.12's references, H5R_ref_t: "Unknown reference type")
+        return "other", "HDF5 1.12-style references (H5R_ref_t) have no Zarr v3 data type"
     if dtype.kind in CORE_KINDS:
         if h5py.check_dtype(ref=dtype) is None:
             return "numeric", None

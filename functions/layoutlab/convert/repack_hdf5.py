@@ -243,6 +243,7 @@ class _Repacker:
             objects.append((path, info.addr))
 
         h5py.h5o.visit(self.src.id, seen, info=True)
+        self._refuse_user_defined_links_in_the_root()
         # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
         # from the source alone.
         plans: dict[str, dict] = {}
@@ -323,7 +324,7 @@ class _Repacker:
                 elif child in ancestors:
                     sub = h5py.h5g.open(src_gid, bname)
                     gcpl = sub.get_create_plist()
-                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=gcpl)
+                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=_group_create_plist(gcpl))
                     self._copy_attributes(sub, new, gcpl, child)
                     walk(child, sub, new)
                 else:
@@ -357,6 +358,7 @@ class _Repacker:
                     break
             attr = h5py.h5a.open(src_id, index=position, index_type=index, order=order)
             tid, space = attr.get_type(), attr.get_space()
+            _refuse_new_style_references(self.src_path, path, tid, attr.get_name().decode("utf-8", "surrogateescape"))
             new = h5py.h5a.create(dst_id, attr.get_name(), self._file_type(tid), space)
             self.summary.attributes += 1
             if tid.detect_class(h5py.h5t.REFERENCE):  # (never a plain one: those are copied in C)
@@ -383,15 +385,12 @@ class _Repacker:
         dcpl = src.id.get_create_plist()
         layout = dcpl.get_layout()
         space = src.id.get_space()
-        if layout == h5py.h5d.VIRTUAL or space.get_simple_extent_type() == h5py.h5s.NULL:
+        self._refuse_data_outside_the_file(path, dcpl, layout)
+        _refuse_new_style_references(self.src_path, path, src.id.get_type())
+        if space.get_simple_extent_type() == h5py.h5s.NULL:
             return None
         if space.get_simple_extent_type() == h5py.h5s.SCALAR:
             return self._plan_scalar(src, path, dcpl, layout)
-        if dcpl.get_external_count():
-            self.summary.notes.append(f"{path}: raw data in external file(s) "
-                                      f"{', '.join(dcpl.get_external(i)[0].decode() for i in range(dcpl.get_external_count()))}"
-                                      " left there (as h5repack does)")
-            return None
         shape = space.get_simple_extent_dims()
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
@@ -457,6 +456,31 @@ class _Repacker:
         return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
                 "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src}
 
+    def _refuse_data_outside_the_file(self, path, dcpl, layout):
+        """A virtual dataset (its sources) or a dataset with external raw-data files keeps its data outside
+        the file: a copy would either point at files repack never read, or read files the input names
+        (any path on this machine). Refused, naming the files."""
+        if layout == h5py.h5d.VIRTUAL:
+            sources = sorted({dcpl.get_virtual_filename(i) for i in range(dcpl.get_virtual_count())} - {"."})
+            if not sources:  # ("." is the file itself: H5Ocopy's copy maps the copy's own datasets)
+                return
+            raise UserError(f"{self.src_path}: {path} is a virtual dataset: its data lives outside the file "
+                            f"(in {', '.join(sources)}), and repack copies only what the file holds")
+        if dcpl.get_external_count():
+            names = [dcpl.get_external(i)[0].decode("utf-8", "replace") for i in range(dcpl.get_external_count())]
+            raise UserError(f"{self.src_path}: {path} stores its raw data in external file(s) {', '.join(names)}: "
+                            "its data lives outside the file, and repack copies only what the file holds")
+
+    def _refuse_user_defined_links_in_the_root(self):
+        """H5Ocopy copies a user-defined link inside a group it copies, but the root's members are moved
+        from under a temporary group (``_copy_whole_tree``), and HDF5 moves a user-defined link only when
+        its link class is registered in this process, which none is (h5repack refuses such files too):
+        refused, naming the link, before anything is written."""
+        for name, kind, _ in _members(self.src["/"]):
+            if kind not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL):
+                raise UserError(f"{self.src_path}: /{name} is a user-defined link (link class {kind}) in the root "
+                                "group, which HDF5 cannot move into the copy without that class registered")
+
     def _plan_scalar(self, src, path, dcpl, layout):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
         fill_type = src.id.get_type()
@@ -486,9 +510,16 @@ class _Repacker:
         else:
             space = h5py.h5s.create_simple(tuple(plan["new_shape"]),
                                            tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
+        src_dcpl = src.id.get_create_plist()
+        dcpl = plan["dcpl"]
+        if not _tracks_creation_order(src_dcpl, "get_attr_creation_order") and _attribute_count(src.id) > 1:
+            # Readers that list attributes in creation order (netCDF) list an untracked object's in the order
+            # its header stores them; a new header stores them where they fit, not in the order written.
+            # Tracked in the copy, that order is the source's (copied in its stored order).
+            dcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
         new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
-                              dcpl=plan["dcpl"], lcpl=None if replace else lcpl)
-        self._copy_attributes(src.id, new, plan["dcpl"], path)
+                              dcpl=dcpl, lcpl=None if replace else lcpl)
+        self._copy_attributes(src.id, new, src_dcpl, path)
         if replace:
             parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
             parent_id.links.move(TMP_DATASET, parent_id, bname)
@@ -501,9 +532,8 @@ class _Repacker:
         shape, new_chunks = plan["shape"], plan["new_chunks"]
         if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
             return  # (values holding references are written by the reference pass)
-        if plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed":
-            self._copy_raw_chunks(src, new)
-        else:
+        if not (plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed"
+                and self._copy_raw_chunks(src, new)):
             dst = h5py.Dataset(new)
             for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
                 _copy_selection(src, dst, selection)
@@ -541,6 +571,8 @@ class _Repacker:
             for position in range(0 if path in self.attributes_seen else _attribute_count(oid)):
                 attr = h5py.h5a.open(oid, index=position)
                 if attr.get_type().detect_class(h5py.h5t.REFERENCE):
+                    _refuse_new_style_references(self.src_path, path, attr.get_type(), attr.get_name().decode(
+                        "utf-8", "surrogateescape"))
                     self.deferred_attrs.append((oid, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if h5py.h5i.get_type(oid) == h5py.h5i.DATASET and oid.get_type().detect_class(h5py.h5t.REFERENCE):
                 self.deferred_datasets.append((h5py.Dataset(oid), self.dst[path]))
@@ -605,15 +637,22 @@ class _Repacker:
                             f"{math.prod(new) * src.dtype.itemsize} bytes, larger than the page size {self.page_size}")
         return tuple(min(c, m) if m is not None else c for c, m in zip(new, new_maxshape))
 
-    def _copy_raw_chunks(self, src: h5py.Dataset, dst_id):
-        """Stored chunk bytes copied as they are: no decompression, no recompression."""
+    def _copy_raw_chunks(self, src: h5py.Dataset, dst_id) -> bool:
+        """Stored chunk bytes copied as they are: no decompression, no recompression. False (nothing
+        written) when a chunk is listed wholly beyond the shape: the listing is not where readers find
+        the values (fastcopy_stored_chunks in _fastcopy.c says when), which are then copied decoded."""
         if self.fast:
-            chunks, _ = fastcopy.copy_chunks(src.id, dst_id, self.src_fd, src.id.rank, READ_SPAN_BYTES,
-                                             READ_GAP_BYTES, self.progress)
-            self.summary.chunks_copied_raw += chunks
-            return
+            done = fastcopy.copy_chunks(src.id, dst_id, self.src_fd, src.id.rank, READ_SPAN_BYTES,
+                                        READ_GAP_BYTES, self.progress)
+            if done is None:
+                return False
+            self.summary.chunks_copied_raw += done[0]
+            return True
         located = []
         src.id.chunk_iter(lambda info: located.append((info.chunk_offset, info.filter_mask, info.byte_offset, info.size)))
+        extent = dst_id.get_space().get_simple_extent_dims()
+        if not _listed_within(located, extent):
+            return False
         located.sort(key=lambda item: item[2])  # read the source front to back
         write = dst_id.write_direct_chunk
         done = 0
@@ -636,6 +675,7 @@ class _Repacker:
         if self.progress and done:
             self.progress(done)
         self.summary.chunks_copied_raw += len(located)
+        return True
 
     def _copy_decoded(self, src: h5py.Dataset, dst: h5py.Dataset, new_chunks):
         for selection in _blocks(src.shape, new_chunks or src.chunks, src.dtype.itemsize):
@@ -664,6 +704,17 @@ class _Repacker:
             dst_attr.write(self._map_references(data))
         for src, dst in self.deferred_datasets:
             if src.shape and math.prod(src.shape) == 0:
+                continue
+            tid = src.id.get_type()
+            offsets = _object_reference_offsets(tid)
+            if offsets is not None:
+                # Object references among fixed-size and variable-length parts (a compound of strings and
+                # references): HDF5's memory form, addresses rewritten in place, every other byte as stored
+                # (through numpy, NULL strings would become "" and bytes after a string's NUL be lost).
+                data = np.empty(src.shape, dtype=_opaque_dtype(tid.get_size()))
+                src.id.read(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+                self._remap_addresses(data, offsets)
+                dst.id.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=dst.id.get_type())
                 continue
             dst[()] = self._map_references(np.asarray(src[()]))
 
@@ -729,6 +780,13 @@ class _Repacker:
         return self.dst_refs[dst_path]
 
 
+def _listed_within(located, extent) -> bool:
+    """Every listed chunk (its offset first) starts inside ``extent``. HDF5 2.0's H5Dchunk_iter lists
+    (0, 6) and (0, 9) for the extensible-array index of HDF5's tools' h5fc_ext1_f.h5, a 4 x 6 dataset
+    whose reads find those chunks at (2, 0) and (2, 3): such a listing is not where the values are."""
+    return all(all(o < n for o, n in zip(item[0], extent)) for item in located)
+
+
 def _read_spans(located, max_gap=None, max_span=None):
     """Group chunks sorted by address into (start, end, chunks) runs read with one call each:
     neighbours closer than ``max_gap``, runs up to ``max_span`` bytes (default
@@ -750,6 +808,20 @@ def _read_spans(located, max_gap=None, max_span=None):
         yield start, end, run
 
 
+def _group_create_plist(source_gcpl):
+    """Creation properties for the copy of a group whose own are ``source_gcpl``: its creation-order
+    tracking and attribute storage thresholds in a new list, as h5repack does. Never the source's list
+    itself: HDF5 puts the group's link-info message in it, with the addresses of the group's fractal heap
+    and B-trees in the *source* file, and a group created with it in another file uses them there (groups
+    of more than 8 links tracked in creation order: ICESat-2 and GPM products failed with "wrong fractal
+    heap header signature" at the next link made in the copy)."""
+    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+    gcpl.set_link_creation_order(source_gcpl.get_link_creation_order())
+    gcpl.set_attr_creation_order(source_gcpl.get_attr_creation_order())
+    gcpl.set_attr_phase_change(*source_gcpl.get_attr_phase_change())
+    return gcpl
+
+
 def _copy_plist():
     """H5Ocopy's options: soft and external links stay links; references are fixed afterwards."""
     plist = h5py.h5p.create(h5py.h5p.OBJECT_COPY)
@@ -763,13 +835,37 @@ TMP_HOLD = b".layoutlab-repack-hold"
 UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
+def _refuse_new_style_references(src_path, path, tid, attribute=None):
+    """HDF5 1.12's references (``H5R_ref_t``: object, region and attribute references that may name
+    other files) are not yet pointed at the copies (h5py cannot read them, h5repack 1.10 refuses them
+    too): refused, naming where."""
+    if tid.detect_class(h5py.h5t.REFERENCE) and _object_reference_offsets(tid) is None and _has_new_style_reference(tid):
+        where = f"{path} (attribute {attribute!r})" if attribute else path
+        raise UserError(f"{src_path}: {where} holds HDF5 1.12-style references (H5R_ref_t), which repack cannot "
+                        "yet point at the copies of their targets")
+
+
+def _has_new_style_reference(tid) -> bool:
+    kind = tid.get_class()
+    if kind == h5py.h5t.REFERENCE:
+        return tid.get_size() not in (8, 12)  # (old-style: 8-byte object, 12-byte region references)
+    if kind == h5py.h5t.COMPOUND:
+        return any(_has_new_style_reference(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    if kind in (h5py.h5t.ARRAY, h5py.h5t.VLEN):
+        return _has_new_style_reference(tid.get_super())
+    return False
+
+
 def _object_reference_offsets(tid) -> list[int] | None:
-    """Byte offsets of the old-style object references in a fixed-size type (``[]``: none),
-    or None when the type holds references that cannot be rewritten as raw addresses
-    (region references, variable-length parts)."""
+    """Byte offsets of the old-style object references in a value of ``tid`` as HDF5's memory form
+    lays it out (``[]``: none), or None when it holds references that cannot be rewritten as raw
+    addresses (region or new-style references, references inside variable-length sequences).
+    Variable-length parts without references are pointers in that form, left as they are."""
     kind = tid.get_class()
     if kind == h5py.h5t.REFERENCE:
         return [0] if tid.get_size() == 8 and tid.equal(h5py.h5t.STD_REF_OBJ) else None
+    if not tid.detect_class(h5py.h5t.REFERENCE):
+        return []
     if kind == h5py.h5t.COMPOUND:
         offsets = []
         for index in range(tid.get_nmembers()):
@@ -778,9 +874,13 @@ def _object_reference_offsets(tid) -> list[int] | None:
                 return None
             offsets += [tid.get_member_offset(index) + o for o in inner]
         return offsets
-    if tid.detect_class(h5py.h5t.REFERENCE) or tid.detect_class(h5py.h5t.VLEN):
-        return None
-    return []
+    if kind == h5py.h5t.ARRAY:
+        base = tid.get_super()
+        inner = _object_reference_offsets(base)
+        if inner is None:
+            return None
+        return [i * base.get_size() + o for i in range(math.prod(tid.get_array_dims())) for o in inner]
+    return None
 
 
 def _scale_length(scale: h5py.Dataset) -> int:
@@ -889,7 +989,12 @@ def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
     return buffer.nbytes
 
 
-def _holds_references(dtype: np.dtype) -> bool:
+def _holds_references(dtype) -> bool:
+    """Whether values of ``dtype`` (a numpy dtype, or the ``str`` / ``bytes`` h5py gives as the base of a
+    variable-length string) hold object or region references anywhere."""
+    if dtype in (str, bytes):
+        return False
+    dtype = np.dtype(dtype)
     if h5py.check_ref_dtype(dtype) is not None:
         return True
     if dtype.names:
@@ -1165,8 +1270,9 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
     tid = a.id.get_type()
     same_chunks = (dcpl_a.get_layout() == dcpl_b.get_layout() == h5py.h5d.CHUNKED
                    and dcpl_a.get_chunk() == dcpl_b.get_chunk())
-    if same_chunks and not _needs_walk(tid):
-        if not _same_stored_chunks(a, b):
+    same_stored = _same_stored_chunks(a, b) if same_chunks and not _needs_walk(tid) else None
+    if same_stored is not None:
+        if not same_stored:
             problems.append(f"{a.name}: stored chunks differ")
         elif _filters(dcpl_a):  # the same bytes prove a faithful copy, not readable data: decode them once
             _decode_every_chunk(a, block_bytes)
@@ -1199,13 +1305,17 @@ def _decode_every_chunk(dataset: h5py.Dataset, block_bytes: int) -> None:
 
 
 def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
-    """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs)."""
+    """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs);
+    None when the input lists a chunk wholly beyond its shape (not where readers find its values:
+    compared decoded)."""
     def located(ds):
         found = {}
         ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset), (info.filter_mask, info.size)))
         return found
 
     chunks_a, chunks_b = located(a), located(b)
+    if not _listed_within([(offset,) for offset in chunks_a], a.shape):
+        return None
     if chunks_a != chunks_b:
         return False
     return all(a.id.read_direct_chunk(offset) == b.id.read_direct_chunk(offset) for offset in chunks_a)

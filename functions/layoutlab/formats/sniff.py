@@ -106,8 +106,10 @@ def is_netcdf4(f) -> bool:
     if "_NCProperties" in f.attrs:
         return True
     for name in f:
-        link = f.get(name, getlink=True)
-        if isinstance(link, h5py.HardLink) and isinstance(f[name], h5py.Dataset):
+        # (the link's kind from HDF5 itself: h5py's get(getlink=True) raises on a user-defined link)
+        if f.id.links.get_info(name.encode("utf-8", "surrogateescape")).type != h5py.h5l.TYPE_HARD:
+            continue
+        if isinstance(f[name], h5py.Dataset):
             attrs = f[name].attrs
             if "_Netcdf4Dimid" in attrs or "_Netcdf4Coordinates" in attrs:
                 return True
