@@ -544,8 +544,9 @@ def test_a_virtual_dataset_over_the_file_itself_is_copied(tmp_path, engine):
     assert "(1,0): 10, 11, 12" in same_h5dump(src, out)
 
 
-def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, engine):
+def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, engine, monkeypatch):
     """Raw data in external files (hdf5-json's h5ex_d_extern.h5): the copy pointed at files repack never read."""
+    monkeypatch.chdir(tmp_path)  # (HDF5 writes the relative external file in the working directory)
     src = tmp_path / "in.h5"
     with h5py.File(src, "w") as f:
         f.create_dataset("DS1", data=np.arange(12, dtype="<i4"), external=[("in.data", 0, 48)])
