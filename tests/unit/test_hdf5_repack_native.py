@@ -117,10 +117,14 @@ def test_a_damaged_chunk_found_by_verify_is_named_and_nothing_is_written(tmp_pat
     data = bytearray(src.read_bytes())
     data[chunk.byte_offset + 10 : chunk.byte_offset + 60] = b"\xff" * 50
     src.write_bytes(bytes(data))
-    # --verify compares raw-copied chunks as stored bytes (issue 15: no filter needed, so a chunk
-    # whose filter plugin is missing verifies): the damaged chunk is copied as it is, byte for byte.
-    summary = repack(src, tmp_path / "out.h5", verify=True)
-    assert summary.verified
+    # The chunk is copied as stored, byte for byte; --verify then decodes the chunks it found identical
+    # (issue 23: a corrupt chunk had been copied and "verified"), names the input and the dataset, and
+    # the command leaves no output.
+    with pytest.raises(BadInputFile, match=r"in\.h5: a stored chunk of /v in \[\d+:\d+\] cannot be decoded \(damaged data\)"):
+        repack(src, tmp_path / "out.h5", verify=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
+    # without --verify the bytes are copied as they are (a chunk whose filter plugin is missing copies too)
+    repack(src, tmp_path / "out.h5", verify=False)
     with h5py.File(src) as a, h5py.File(tmp_path / "out.h5") as b:
         assert a["v"].id.read_direct_chunk((30_000,)) == b["v"].id.read_direct_chunk((30_000,))
 
