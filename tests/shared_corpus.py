@@ -18,10 +18,11 @@ CORPUS = Path(os.environ.get("LAYOUTLAB_CORPUS", REPO_ROOT.parent / "shared" / "
 
 
 def binary_files() -> list[Path]:
-    """Every stored .h5 / .nc file of the corpus, sorted (empty when the corpus is absent)."""
+    """Every stored file of the corpus but the CDL sources, sorted (empty when the corpus is absent):
+    .h5 and .nc, and GPM's .HDF5 among others."""
     if not CORPUS.is_dir():
         return []
-    return sorted(p for p in CORPUS.glob("*/*") if p.suffix in (".h5", ".nc") and p.is_file())
+    return sorted(p for p in CORPUS.glob("*/*") if p.suffix != ".cdl" and p.is_file())
 
 
 def cdl_files() -> list[Path]:

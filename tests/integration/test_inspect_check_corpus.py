@@ -88,6 +88,12 @@ def test_every_corpus_file_gets_a_verdict_without_a_traceback(corpus, checked):
             assert result["format"] in ("hdf5", "netcdf4"), result
 
 
+# (issue 27) data outside the file, and what HDF5 cannot copy here: refused by repack with this reason
+REFUSED_ON_PURPOSE = {"hdf5-json/h5ex_d_extern.h5": "its data lives outside the file",
+                      "hdf5-tools/tudlink.h5": "is a user-defined link",
+                      "hdf5-tools/trefer_obj.h5": "HDF5 1.12-style references"}
+
+
 @needs_corpus
 def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpus, checked, tmp_path):
     from layoutlab.convert.repack import repack  # what `layoutlab repack` runs (native engine, else Python)
@@ -99,7 +105,8 @@ def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpu
         result = results[path]
         if name in NOT_HDF5:
             continue
-        fix = next(p["fix"] for p in result["problems"] if p["rule"] == "not-paged")  # (no corpus file is paged)
+        # (the paging fix; an already paged file, h5fc_ext1_f.h5, gets its page size in its other fixes)
+        fix = next(p["fix"] for p in result["problems"] if "--page-size" in p["fix"])
         page = re.search(r"--page-size (\S+)", fix).group(1)
         out = tmp_path / f"{len(repacked) + len(refused):03d}-{name.replace('/', '-')}"
         try:
@@ -108,8 +115,10 @@ def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpu
             refused[name] = str(error)
             continue
         repacked[name] = str(out)
-    assert not refused, refused  # (tests/integration/test_repack_corpus.py: repack refuses only non-HDF5 files)
-    assert len(repacked) == len(corpus) - len(NOT_HDF5)
+    # (tests/integration/test_repack_corpus.py: repack refuses only non-HDF5 files, and these for their reason)
+    assert {name: reason for name, reason in refused.items()
+            if name not in REFUSED_ON_PURPOSE or REFUSED_ON_PURPOSE[name] not in reason} == {}
+    assert len(repacked) == len(corpus) - len(NOT_HDF5) - len(refused)
     done = check("--json", *repacked.values())
     assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-3000:]
     after = {r["file"]: r for r in json.loads(done.stdout)}
