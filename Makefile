@@ -18,12 +18,21 @@ endif
 VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= dev,cdk
+# The installer: uv, at the version pyproject.toml's [tool.uv] required-version names, bootstrapped
+# with pip into a tools venv of its own. Every Python package the project uses comes from its lock,
+# uv.lock (make lock / make upgrade rewrite it). uv reads no pip configuration: it uses PyPI, the
+# index the lock names, and never downloads a Python of its own.
+UV_VERSION := $(shell sed -n 's/^required-version = "==\([0-9.]*\)".*/\1/p' pyproject.toml)
+TOOLS  := .tools
+UV     := $(TOOLS)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 ENV    ?= dev
 
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help python venv artifacts layer sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
+.PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
         bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
 
 help:
@@ -35,6 +44,8 @@ help:
 	@echo "make preflight ENV=dev - with AWS credentials: what in cdk.json this account cannot run (quotas, bootstrap)"
 	@echo "make deploy ENV=dev  - cdk deploy --all -c env=ENV (needs AWS credentials and a bootstrapped account)"
 	@echo "make destroy ENV=dev - cdk destroy --all -c env=ENV"
+	@echo "make lock   - after editing pyproject.toml's dependencies: rewrite uv.lock, keeping every other version"
+	@echo "make upgrade - move every dependency to its newest allowed version (rewrites uv.lock), then reinstall .venv"
 	@echo "make clean  - remove .venv and generated files"
 
 # Debian tools the project calls: h5repack/h5stat (the reference tool and oracle),
@@ -60,18 +71,33 @@ python:
 	  exit 1; \
 	fi
 
-# (the editable install also compiles repack's C code, functions/layoutlab/convert/_fastcopy.c,
-# in place; and byte-compiles the package as a regular install does: without
-# .pyc files every command would compile its modules again at each start, ~15 ms for
-# `layoutlab repack`). A .venv of another Python (an older checkout's 3.11) is replaced.
-$(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python
+$(TOOLS)/.uv-$(UV_VERSION): pyproject.toml | python
+	@test -n "$(UV_VERSION)" || { echo "pyproject.toml: [tool.uv] required-version = \"==X.Y.Z\" is missing"; exit 1; }
+	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install -q --disable-pip-version-check 'uv==$(UV_VERSION)'
+	touch $@
+
+uv: $(TOOLS)/.uv-$(UV_VERSION)
+
+# The venv is exactly the lock (--locked: a pyproject.toml changed since the lock was written is an
+# error that says to run `make lock`, never a silent new resolution). The editable install also
+# compiles repack's C code, functions/layoutlab/convert/_fastcopy.c, in place; and the package is
+# byte-compiled as a regular install does: without .pyc files every command would compile its
+# modules again at each start, ~15 ms for `layoutlab repack`. A .venv of another Python (an older
+# checkout's 3.11) is replaced.
+$(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): uv.lock pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python uv
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(RUNTIME_PYTHON))))'; then \
 	  echo "replacing $(VENV) ($$($(PY) -V)): the project runs on Python $(RUNTIME_PYTHON)"; rm -rf $(VENV); fi
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(UV) sync --locked --quiet --python $(PYTHON) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra))
 	$(PY) -m compileall -q functions/layoutlab
 	touch $@
+
+lock: uv
+	$(UV) lock --python $(PYTHON)
+
+upgrade: uv
+	$(UV) lock --upgrade --python $(PYTHON)
+	$(MAKE) venv
 
 venv: $(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS)
 
@@ -139,7 +165,7 @@ bench-repack: sysdeps venv
 	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
 
 clean:
-	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
+	rm -rf $(VENV) $(TOOLS) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
 
 # Issue 4's measurements of the benchmark instrument (see README, section bench).
 bench-ranged-get: venv

@@ -1,4 +1,4 @@
-"""Build the deployment artifacts offline with pip, never by hand.
+"""Build the deployment artifacts from the lock with uv, never by hand.
 
 Two artifacts, both for the runtime named in cdk/layoutlab_cdk/config.py
 (``PYTHON_RUNTIME``: Lambda python3.12 on Amazon Linux 2023, glibc 2.34, x86_64):
@@ -6,8 +6,8 @@ Two artifacts, both for the runtime named in cdk/layoutlab_cdk/config.py
 - the **dependency layer** ``layers/build/dependencies/`` (Lambda mounts it at
   ``/opt``; its ``python/`` is on the runtime's ``sys.path``): the runtime
   dependencies of the ``layoutlab`` package (``[project].dependencies`` in
-  pyproject.toml, the one list there is) as manylinux wheels pip selects with
-  ``--platform``/``--python-version``, whatever machine builds it;
+  pyproject.toml, at the versions uv.lock holds) as the manylinux wheels for the
+  runtime (``--python-platform``/``--python-version``), whatever machine builds it;
 - the **function asset** ``layers/build/function/`` (Lambda's ``/var/task``): the
   ``layoutlab`` package installed from its own wheel, built by this machine's
   Python of the runtime's version, so the native repack engine (C, stable ABI
@@ -20,11 +20,14 @@ files::
     python layers/build_layer.py            # build what is missing or stale
     python layers/build_layer.py --check    # exit 1 if an artifact is missing or stale
 
-pip does the resolving and the platform selection, held to the versions the
-project's venv has (``venv_constraints``: local and cloud run the same libraries);
-this script only pins what the runtime needs pinned, strips what never runs (tests, bytecode caches) and
-measures the result. Stamp files record what each artifact was built from, so a
-rebuild happens only when that changes.
+The versions come from the lock (uv.lock, the one place they are chosen): ``uv export`` writes
+the layer's share of it (the package's runtime dependencies, less ``NOT_IN_LAYER``) as a
+requirements file with every wheel's hash, and ``uv pip install --target`` installs exactly those,
+``--no-deps --require-hashes``, picking for each the wheel of the runtime's platform (from uv's
+cache when the venv already fetched it: seconds); the venv, CI and the local run are installed from
+the same lock (``make venv``). This script only strips what never
+runs (tests, bytecode caches) and measures the result. Stamp files record what each artifact was
+built from, so a rebuild happens only when that changes.
 """
 
 from __future__ import annotations
@@ -38,11 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
-
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "layers" / "build"
@@ -64,17 +63,16 @@ def _runtime_config():
 
 
 PYTHON_VERSION = _runtime_config().PYTHON_RUNTIME
-# Amazon Linux 2023 has glibc 2.34 (and GCC 11's libstdc++, GLIBCXX_3.4.29). pip does not widen
-# a manylinux_2_X platform to the older ones, so every glibc from manylinux2014 (2.17) up to the
-# runtime's is named; a wheel for a newer glibc is never picked.
+# Amazon Linux 2023 has glibc 2.34 (and GCC 11's libstdc++, GLIBCXX_3.4.29): uv's target platform
+# x86_64-manylinux_2_34 takes wheels for that glibc or older, never newer. PLATFORMS names every
+# wheel platform tag that fits, for layers/check_artifacts.py, which checks each installed wheel's tags.
 RUNTIME_GLIBC = (2, 34)
 RUNTIME_GLIBCXX = (3, 4, 29)
+UV_PLATFORM = f"x86_64-manylinux_{RUNTIME_GLIBC[0]}_{RUNTIME_GLIBC[1]}"
 PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(RUNTIME_GLIBC[1], 16, -1)) + (
     "manylinux2014_x86_64",
 )
-# botocore (pulled in by boto3/aiobotocore) needs python-dateutil<3; pip with
-# --only-binary and --platform cannot see the runtime's own copy, so pin it here.
-EXTRA_PINS = ("python-dateutil<3",)
+LOCK = ROOT / "uv.lock"
 # Dependencies of the package that no Lambda/Fargate entry point imports, left out
 # to stay under Lambda's 250 MB (code + layers, unzipped). netCDF4 (+ its bundled
 # libnetcdf/HDF5 and cftime, ~42 MB) serves the local sample generator and checks;
@@ -85,33 +83,38 @@ NOT_IN_LAYER = {"netcdf4"}
 STRIP_DIR_NAMES = {"tests", "test", "__pycache__"}
 
 
-def requirements() -> list[str]:
-    """The layer's requirement lines: the package's own dependencies plus the pins."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    kept = [line for line in project["dependencies"] if canonicalize_name(Requirement(line).name) not in NOT_IN_LAYER]
-    return sorted(kept) + list(EXTRA_PINS)
+def uv_executable() -> str:
+    """The uv the Makefile installed (``.tools/bin/uv``, the version pyproject.toml requires), else ``$UV``
+    or one on PATH."""
+    for candidate in (os.environ.get("UV"), str(ROOT / ".tools" / "bin" / "uv"), shutil.which("uv")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise SystemExit(f"layers/build_layer.py: uv not found (looked at $UV, {ROOT / '.tools/bin/uv'} and PATH); "
+                     "`make venv` installs the version pyproject.toml requires")
 
 
-def venv_constraints() -> list[str]:
-    """``name==version`` of every distribution in the Python running this (the project's venv).
-
-    Given to pip as constraints, so the layer holds the very versions the local run and the
-    tests were checked with: one set of libraries for local and cloud, not two resolutions
-    made at different times (pip would otherwise take whatever is newest when the layer is
-    built). A version with no wheel for the runtime then fails the build, naming it."""
-    from importlib import metadata
-
-    pins = set()
-    for distribution in metadata.distributions():
-        name = distribution.metadata["Name"]
-        if name and canonicalize_name(name) != "layoutlab":
-            pins.add(f"{canonicalize_name(name)}=={distribution.version}")
-    return sorted(pins)
+def locked_requirements() -> str:
+    """The layer's share of uv.lock as a pip requirements file: ``name==version`` with every wheel's hash,
+    the package's runtime dependencies only (no extras, no dev tools), less ``NOT_IN_LAYER`` and what only
+    they need. ``--locked``: a lock older than pyproject.toml is an error, never silently re-resolved."""
+    cmd = [uv_executable(), "export", "--locked", "--format", "requirements-txt", "--no-dev", "--no-emit-project",
+           "--no-header", "--no-annotate", "--quiet", *[arg for name in sorted(NOT_IN_LAYER) for arg in ("--prune", name)]]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit status {done.returncode}"
+        raise SystemExit(f"{LOCK}: uv export failed: {reason}")
+    return done.stdout
 
 
-def requirements_digest(reqs: list[str]) -> str:
-    text = json.dumps({"requirements": reqs, "python": PYTHON_VERSION, "platforms": PLATFORMS,
-                       "constraints": venv_constraints()})
+def requirements(exported: str | None = None) -> list[str]:
+    """``name==version`` of every distribution the layer gets from the lock (hashes and markers left out)."""
+    exported = locked_requirements() if exported is None else exported
+    return sorted(line.split(";")[0].split("\\")[0].strip() for line in exported.splitlines()
+                  if line and not line[0].isspace() and not line.startswith("#"))
+
+
+def requirements_digest(exported: str) -> str:
+    text = json.dumps({"requirements": exported, "python": PYTHON_VERSION, "platform": UV_PLATFORM})
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -134,7 +137,7 @@ def _stamp_digest(stamp: Path) -> str | None:
 
 
 def layer_is_current() -> bool:
-    return SITE.is_dir() and _stamp_digest(STAMP) == requirements_digest(requirements())
+    return SITE.is_dir() and _stamp_digest(STAMP) == requirements_digest(locked_requirements())
 
 
 def function_is_current() -> bool:
@@ -180,35 +183,35 @@ def _check_building_python() -> None:
 
 
 def build_layer(quiet: bool = False) -> dict:
-    reqs = requirements()
+    exported = locked_requirements()
     if LAYER_DIR.exists():
         shutil.rmtree(LAYER_DIR)
     SITE.mkdir(parents=True)
     BUILD.mkdir(parents=True, exist_ok=True)
-    constraints = BUILD / "constraints.txt"
-    constraints.write_text("\n".join(venv_constraints()) + "\n")
+    locked = BUILD / "layer-requirements.txt"
+    locked.write_text(exported)
     cmd = [
-        sys.executable, "-m", "pip", "install",
+        uv_executable(), "pip", "install",
         "--target", str(SITE),
         "--python-version", PYTHON_VERSION,
-        "--implementation", "cp",
-        *[arg for platform in PLATFORMS for arg in ("--platform", platform)],
-        "--only-binary=:all:",
-        "--no-compile",
-        "--disable-pip-version-check",
-        "--constraint", str(constraints),
+        "--python-platform", UV_PLATFORM,
+        "--only-binary", ":all:",
+        "--no-compile-bytecode",
+        # exactly the lock's distributions, each checked against the lock's hashes
+        "--no-deps",
+        "--require-hashes",
         *(["--quiet"] if quiet else []),
-        *reqs,
+        "--requirement", str(locked),
     ]
     subprocess.run(cmd, check=True)
-    # pip --target leaves console scripts that point at the build machine's python.
+    # --target leaves console scripts that point at the build machine's python.
     shutil.rmtree(SITE / "bin", ignore_errors=True)
     stripped = strip(SITE)
     report = {
-        "digest": requirements_digest(reqs),
-        "requirements": reqs,
+        "digest": requirements_digest(exported),
+        "requirements": requirements(exported),
         "python": PYTHON_VERSION,
-        "platforms": list(PLATFORMS),
+        "platform": UV_PLATFORM,
         "unzipped_bytes": directory_size(LAYER_DIR),
         "stripped_bytes": stripped,
     }
@@ -223,14 +226,13 @@ def build_function(quiet: bool = False) -> dict:
     digest = function_digest()
     quiet_args = ["--quiet"] if quiet else []
     with tempfile.TemporaryDirectory(prefix="layoutlab-wheel-") as wheels:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
-                        "--wheel-dir", wheels, *quiet_args, str(ROOT)], check=True)
+        subprocess.run([uv_executable(), "build", "--wheel", "--python", sys.executable, "--out-dir", wheels,
+                        *quiet_args, str(ROOT)], check=True)
         (wheel,) = Path(wheels).glob("layoutlab-*.whl")
         if FUNCTION_DIR.exists():
             shutil.rmtree(FUNCTION_DIR)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-                        "--disable-pip-version-check", "--target", str(FUNCTION_DIR), *quiet_args, str(wheel)],
-                       check=True)
+        subprocess.run([uv_executable(), "pip", "install", "--no-deps", "--no-compile-bytecode", "--python",
+                        sys.executable, "--target", str(FUNCTION_DIR), *quiet_args, str(wheel)], check=True)
         wheel_name = wheel.name
     shutil.rmtree(FUNCTION_DIR / "bin", ignore_errors=True)  # the console script names the build machine's python
     native = sorted(str(p.relative_to(FUNCTION_DIR)) for p in FUNCTION_DIR.rglob("*.so"))
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=f"Build the deployment artifacts for the Lambda/Fargate runtime (Linux x86_64, CPython "
         f"{PYTHON_VERSION}, glibc <= {RUNTIME_GLIBC[0]}.{RUNTIME_GLIBC[1]}): the dependency layer "
-        "(layers/build/dependencies, pip --platform) and the function asset (layers/build/function, the "
+        "(layers/build/dependencies, from uv.lock) and the function asset (layers/build/function, the "
         "package's own wheel). No Docker needed.",
         epilog="Examples:\n  python layers/build_layer.py\n  python layers/build_layer.py --check\n"
         "  python layers/build_layer.py --force",
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="only report whether the artifacts are current (exit 1 if not)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the stamps say the artifacts are current")
-    parser.add_argument("--quiet", action="store_true", help="pass --quiet to pip")
+    parser.add_argument("--quiet", action="store_true", help="pass --quiet to uv")
     args = parser.parse_args(argv)
     if args.check:
         for name, current, where in (("layer", layer_is_current(), LAYER_DIR),

@@ -1,8 +1,7 @@
 """Shared fixtures for the CDK tests: the app is synthesized once per session per environment.
 
-The synthesis is real: the dependency layer is built by layers/build_layer.py (pip
---platform, cached under layers/build/ and rebuilt only when pyproject's dependencies
-change), cdk-nag's AwsSolutions pack runs as a validation plugin (an unacknowledged
+The synthesis is real: the dependency layer is built by layers/build_layer.py (uv.lock's
+wheels for the runtime, cached under layers/build/ and rebuilt only when the lock changes), cdk-nag's AwsSolutions pack runs as a validation plugin (an unacknowledged
 finding makes synthesis fail), and the cloud assembly is written to a temporary dir.
 """
 

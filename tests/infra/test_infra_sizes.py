@@ -1,6 +1,6 @@
 """Each Lambda function's code + layers stay under Lambda's 250 MB unzipped limit, and the
 layer really holds what the code imports (Linux x86_64 wheels for the runtime's CPython,
-config.PYTHON_RUNTIME, built by layers/build_layer.py with pip --platform; this machine is
+config.PYTHON_RUNTIME, built by layers/build_layer.py from uv.lock; this machine is
 the same platform, so the layer can be imported here with the venv's site-packages off)."""
 
 from __future__ import annotations
