@@ -19,6 +19,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from layoutlab.pipeline.events import object_created_pattern
+
 from . import iam as policy
 from .compute_stack import ComputeStack, retention
 from .nag import acknowledge
@@ -180,17 +182,16 @@ class PipelineStack(Stack):
             "AwsSolutions-SQS3",
             "This queue is the EventBridge rule target's dead-letter queue.",
         )
+        # the local cloud's rule has the same pattern (layoutlab.local.pipeline)
+        trigger_pattern = object_created_pattern(config.bucket_name("ingest"), INGEST_PREFIX)
         self.trigger = events.Rule(
             self,
             "IngestTrigger",
             description=f"Object Created under s3://<ingest>/{INGEST_PREFIX} starts layoutlab ingest",
             event_pattern=events.EventPattern(
-                source=["aws.s3"],
-                detail_type=["Object Created"],
-                detail={
-                    "bucket": {"name": [config.bucket_name("ingest")]},
-                    "object": {"key": [{"prefix": INGEST_PREFIX}]},
-                },
+                source=trigger_pattern["source"],
+                detail_type=trigger_pattern["detail-type"],
+                detail=trigger_pattern["detail"],
             ),
             targets=[
                 targets.LambdaFunction(

@@ -30,6 +30,8 @@ class Settings:
     environment: str = "local"
     # how much work one upload may ask for (cdk.json's ceilings, as JSON)
     ceilings: Ceilings = field(default_factory=Ceilings)
+    # a plan in the ingest bucket's plans/ that an upload naming none runs; empty: the packaged default plan
+    default_plan: str = ""
 
     ENV = {
         "results_table": "LAYOUTLAB_RESULTS_TABLE",
@@ -40,6 +42,7 @@ class Settings:
         "max_input_bytes": "LAYOUTLAB_MAX_INPUT_BYTES",
         "environment": "LAYOUTLAB_ENV",
         "ceilings": CEILINGS_VARIABLE,
+        "default_plan": "LAYOUTLAB_DEFAULT_PLAN",
     }
 
     @classmethod

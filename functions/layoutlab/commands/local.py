@@ -10,11 +10,16 @@ from layoutlab.errors import UserError
 
 EPILOG = """\
 examples:
-  layoutlab local up                          # moto + S3 proxy (25 ms, 720 Mbit/s) in the background
+  layoutlab local up                          # the local cloud and the pipeline, in the background
+  eval "$(layoutlab local env)"               # point the AWS CLI, boto3, s3fs, obstore at it
+  aws s3 cp my.h5 s3://layoutlab-local-ingest/incoming/   # starts the pipeline by itself
+  layoutlab local status                      # running and finished executions
+  layoutlab results                           # when they are done
+  layoutlab local down                        # keeps the results (layoutlab results), stops everything
   layoutlab local up --latency-ms 30 --bandwidth-mbps 0   # 0 = no bandwidth cap
-  eval "$(layoutlab local env)"               # point boto3/s3fs/obstore at it
-  layoutlab local status
-  layoutlab local down                        # stops everything 'up' started
+
+An upload naming no plan (user metadata layoutlab-plan) runs s3://layoutlab-local-ingest/plans/local.json,
+the demo's plan unless you put your own there.
 
 The state file (pid, ports) lives in $LAYOUTLAB_STATE_DIR, else
 $XDG_STATE_HOME/layoutlab, else ~/.local/state/layoutlab.
@@ -31,8 +36,8 @@ def register(subparsers) -> None:
                     "requests and bytes. Loopback only, free ports.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["up", "down", "status", "env"],
-                        help="up: start in the background; down: stop it; status: show ports and counters; "
-                             "env: print shell exports for clients")
+                        help="up: start in the background; down: keep the results and stop it; status: show the "
+                             "executions, ports and counters; env: print shell exports for clients")
     parser.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS,
                         help=f"first-byte latency added to each S3 request (default {DEFAULT_LATENCY_MS:g}; e.g. 0)")
     parser.add_argument("--bandwidth-mbps", type=float, default=DEFAULT_BANDWIDTH_MBPS,
@@ -45,6 +50,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from layoutlab.local.cloud import LocalCloud, default_state_path, start_local_cloud
+    from layoutlab.local.pipeline import LocalPipeline
 
     state = args.state or default_state_path()
     cloud = LocalCloud.from_state(state)
@@ -57,8 +63,19 @@ def run(args) -> int:
         log = Path(state).with_suffix(".log")
         cloud = start_local_cloud(state, latency_ms=args.latency_ms, bandwidth_mbps=args.bandwidth_mbps,
                                   detach=True, log_path=log)
+        try:
+            pipeline = LocalPipeline(cloud)
+            pipeline.setup(s3_events=True)
+            kept = pipeline.load_snapshot()
+        except BaseException:
+            cloud.stop()
+            raise
+        from layoutlab.local import dispatch
+
         print(f"local cloud up (pid {cloud.pid}): S3 via proxy {cloud.s3_endpoint} "
               f"({cloud.latency_ms:g} ms, {cloud.bandwidth_mbps:g} Mbit/s), moto {cloud.moto_endpoint}; log {log}")
+        print(f"pipeline deployed: an object created under s3://{dispatch.INGEST_BUCKET}/incoming/ starts it; "
+              f"{kept} kept result items loaded")
         return 0
     if cloud is None:
         if args.action == "down":
@@ -66,15 +83,17 @@ def run(args) -> int:
             return 0
         raise UserError(f"{state}: no local cloud running (start one with 'layoutlab local up')")
     if args.action == "down":
+        kept = keep_results(cloud)
         cloud.stop()
-        print(f"local cloud stopped (pid {cloud.pid})")
+        print(f"local cloud stopped (pid {cloud.pid})" + (f"; results kept in {kept}" if kept else ""))
     elif args.action == "env":
         for key, value in cloud.env().items():
             print(f"export {key}={value}")
     else:
         status = cloud.status()
+        executions = pipeline_executions(cloud)
         if args.json:
-            print(json.dumps(status, indent=2))
+            print(json.dumps({**status, "executions": executions}, indent=2, default=str))
         else:
             print(f"local cloud running (pid {cloud.pid}) state {state}")
             print(f"  moto   {cloud.moto_endpoint}  (S3, DynamoDB, CloudWatch, Step Functions)")
@@ -82,4 +101,45 @@ def run(args) -> int:
             for cid, client in status["proxy"]["clients"].items():
                 print(f"  client {cid}: port {client['port']}, {client['requests']} requests, "
                       f"{client['bytes_out']} bytes out")
+            print(execution_lines(executions))
     return 0
+
+
+def keep_results(cloud) -> Path | None:
+    """Write the local results table to the snapshot ``layoutlab results`` reads once the cloud is down."""
+    from layoutlab.local.pipeline import LocalPipeline
+
+    try:
+        return LocalPipeline(cloud).save_snapshot()
+    except Exception as error:  # a cloud started by an older 'local up' without the pipeline: nothing to keep
+        print(f"results not kept: {error}")
+        return None
+
+
+def pipeline_executions(cloud) -> list[dict]:
+    """The pipeline's executions, newest first, each with its cases done and planned."""
+    from layoutlab.local.pipeline import LocalPipeline
+
+    pipeline = LocalPipeline(cloud)
+    try:
+        found = pipeline.executions()
+    except pipeline.sfn.exceptions.StateMachineDoesNotExist:
+        return []
+    rows = []
+    for execution in found:
+        done, planned = pipeline.progress([execution["name"]])
+        rows.append({"name": execution["name"], "status": execution["status"], "started": execution["startDate"],
+                     "stopped": execution.get("stopDate"), "cases_done": done, "cases_planned": planned})
+    return rows
+
+
+def execution_lines(executions: list[dict]) -> str:
+    if not executions:
+        return "  executions: none yet (copy a file under s3://layoutlab-local-ingest/incoming/)"
+    running = sum(e["status"] == "RUNNING" for e in executions)
+    lines = [f"  executions: {running} running, {len(executions) - running} finished"]
+    for e in executions:
+        took = ((e["stopped"] or e["started"]).timestamp() - e["started"].timestamp()) if e["stopped"] else None
+        lines.append(f"    {e['status']:<9} {e['name']}  {e['cases_done']}/{e['cases_planned']} cases, started "
+                     f"{e['started']:%H:%M:%S}" + (f", took {took:.0f} s" if took is not None else ""))
+    return "\n".join(lines)

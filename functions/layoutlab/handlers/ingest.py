@@ -31,7 +31,8 @@ def _ingest(ref: dict, ran: list | None = None) -> dict:
         ObjectRef(**{k: v for k, v in ref.items() if k != "alternate_keys"}, alternate_keys=tuple(ref.get("alternate_keys", ()))),
         s3=s3_client(), sfn=sfn, store=results_store(),
         settings=IngestSettings(state_machine_arn=config.state_machine_arn, outputs_bucket=config.outputs_bucket,
-                                max_bytes=config.max_input_bytes, ceilings=config.ceilings),
+                                max_bytes=config.max_input_bytes, ceilings=config.ceilings,
+                                default_plan=config.default_plan),
     )
     return outcome.to_dict()
 

@@ -286,6 +286,11 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     from layoutlab.local import dispatch
 
     dispatcher = dispatch.install(f"http://{HOST}:{moto_port}", f"http://{HOST}:{proxy_port}/_layoutlab", measured)
+    # S3's EventBridge events reach the rules' Lambda targets (the ingest function) as in AWS.
+    from layoutlab.local import s3_events, sfn_adapter
+
+    event_targets = s3_events.install(
+        lambda function_arn, event: dispatcher.invoke_lambda(sfn_adapter.function_name_of(function_arn), event))
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -301,6 +306,7 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
                 logging.getLogger(__name__).info("process %d that started the local cloud has ended: stopping", stop_with)
                 break
     finally:
+        event_targets.stop()
         dispatcher.stop()
         proxy.stop()
         moto.stop()

@@ -36,6 +36,8 @@ OUTPUTS_BUCKET = f"{PREFIX}-outputs"
 RESULTS_TABLE = f"{PREFIX}-results"
 IDEMPOTENCY_TABLE = f"{PREFIX}-idempotency"
 STATE_MACHINE = f"{PREFIX}-pipeline"
+# the plan (plans/<name>.json in the ingest bucket) that an upload naming none runs locally
+LOCAL_DEFAULT_PLAN = "local"
 CLUSTER = f"{PREFIX}"
 CONTAINER = "layoutlab"
 FUNCTIONS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure")
@@ -120,6 +122,7 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
         "LAYOUTLAB_OUTPUTS_BUCKET": OUTPUTS_BUCKET,
         "LAYOUTLAB_RESULTS_TABLE": RESULTS_TABLE,
         "LAYOUTLAB_IDEMPOTENCY_TABLE": IDEMPOTENCY_TABLE,
+        "LAYOUTLAB_DEFAULT_PLAN": LOCAL_DEFAULT_PLAN,
         "LAYOUTLAB_STATE_MACHINE_ARN": state_machine_arn(),
         "LAYOUTLAB_PLATFORMS": json.dumps(PLATFORMS),
         "LAYOUTLAB_MAX_CONCURRENCY": json.dumps(MAX_CONCURRENCY),

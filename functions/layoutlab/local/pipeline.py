@@ -4,8 +4,11 @@
 in AWS — the ingest bucket (versioned), the outputs bucket, the results and
 idempotency tables, and the state machine from ``stepfunctions/pipeline.asl.json``
 with local values for its ``${...}`` placeholders — then uploads files under
-``incoming/``, delivers the EventBridge event AWS would send to the ingest
-function (moto sends none), and follows the executions.
+``incoming/``, and follows the executions. With ``setup(s3_events=True)`` (``layoutlab local up``,
+``layoutlab demo``) it also deploys the route the CDK app deploys, S3 → EventBridge rule → ingest
+(``local/s3_events.py`` makes moto deliver it), so an object created under ``incoming/`` by any S3
+client starts the pipeline by itself; without it, callers deliver events themselves (``deliver``),
+as tests of delivery order and duplicates do.
 
 Results persist between runs in ``<state dir>/results.json`` (see
 ``layoutlab.local.cloud.state_dir``): written when a run ends, loaded into the
@@ -22,13 +25,14 @@ import boto3
 
 from layoutlab.local import dispatch
 from layoutlab.local.cloud import LocalCloud, state_dir
-from layoutlab.pipeline.events import eventbridge_object_created
+from layoutlab.pipeline.events import eventbridge_object_created, object_created_pattern
 from layoutlab.pipeline.plan import PLAN_METADATA_KEY, PLANS_PREFIX
 from layoutlab.results.store import ResultsStore, from_dynamo, to_dynamo
 
 ASL_PATH = Path(__file__).resolve().parents[3] / "stepfunctions" / "pipeline.asl.json"
 SNAPSHOT_NAME = "results.json"
 ROLE_ARN = f"arn:aws:iam::{dispatch.ACCOUNT}:role/{dispatch.PREFIX}-pipeline"
+INGEST_RULE = f"{dispatch.PREFIX}-ingest-trigger"
 
 
 def asl_path() -> Path:
@@ -67,12 +71,15 @@ class LocalPipeline:
         self.s3 = boto3.client("s3", **kwargs)
         self.sfn = boto3.client("stepfunctions", **kwargs)
         self.dynamodb = boto3.client("dynamodb", **kwargs)
+        self.events = boto3.client("events", **kwargs)
         self.store = ResultsStore(dispatch.RESULTS_TABLE, endpoint_url=cloud.moto_endpoint)
         # Ingest (the only task started from here) runs off the measured core: it is not measured.
         self.dispatcher = dispatch.Dispatcher(cloud.moto_endpoint, cloud.control_url, None)
 
     # -- resources ----------------------------------------------------------------
-    def setup(self) -> None:
+    def setup(self, s3_events: bool = False) -> None:
+        """Create what the CDK data and pipeline stacks create; ``s3_events``: and the S3 → EventBridge →
+        ingest route (see the module's docstring)."""
         for bucket in (dispatch.INGEST_BUCKET, dispatch.OUTPUTS_BUCKET):
             try:
                 self.s3.create_bucket(Bucket=bucket)
@@ -91,6 +98,34 @@ class LocalPipeline:
             self.sfn.create_state_machine(name=dispatch.STATE_MACHINE, definition=definition, roleArn=ROLE_ARN)
         except self.sfn.exceptions.StateMachineAlreadyExists:
             self.sfn.update_state_machine(stateMachineArn=dispatch.state_machine_arn(), definition=definition)
+        self.put_local_default_plan()
+        if s3_events:
+            self.route_s3_events()
+
+    def route_s3_events(self) -> None:
+        """S3 → EventBridge → ingest, as deployed: the data stack turns the ingest bucket's EventBridge
+        notifications on, the pipeline stack's rule (the same pattern) targets the ingest function."""
+        self.s3.put_bucket_notification_configuration(
+            Bucket=dispatch.INGEST_BUCKET, NotificationConfiguration={"EventBridgeConfiguration": {}})
+        self.events.put_rule(Name=INGEST_RULE, State="ENABLED",
+                             EventPattern=json.dumps(object_created_pattern(dispatch.INGEST_BUCKET)),
+                             Description="Object Created under s3://<ingest>/incoming/ starts layoutlab ingest")
+        self.events.put_targets(Rule=INGEST_RULE, Targets=[{"Id": "ingest", "Arn": dispatch.function_arn("ingest")}])
+
+    def put_local_default_plan(self) -> None:
+        """The plan an upload naming none runs locally (``plans/<LOCAL_DEFAULT_PLAN>.json``, the tasks'
+        LAYOUTLAB_DEFAULT_PLAN): the demo's, unless one is there already (a user's own, put with any S3 client).
+        The packaged default plan measures Lambda and Fargate up to nine times: hours on one local core."""
+        key = f"{PLANS_PREFIX}{dispatch.LOCAL_DEFAULT_PLAN}.json"
+        try:
+            self.s3.head_object(Bucket=dispatch.INGEST_BUCKET, Key=key)
+            return
+        except self.s3.exceptions.ClientError:
+            pass
+        from importlib import resources
+
+        plan = json.loads(resources.files("layoutlab.pipeline").joinpath("demo_plan.json").read_text())
+        self.put_plan(dispatch.LOCAL_DEFAULT_PLAN, {**plan, "name": dispatch.LOCAL_DEFAULT_PLAN})
 
     # -- uploads ------------------------------------------------------------------
     def put_plan(self, name: str, plan: dict) -> str:
@@ -114,6 +149,36 @@ class LocalPipeline:
     def deliver(self, event: dict) -> list[dict]:
         """Invoke the ingest function with ``event``, as the EventBridge rule does."""
         return self.dispatcher.invoke_lambda(dispatch.function_name("ingest"), event)["outcomes"]
+
+    def ingested(self, event: dict, timeout: float = 120) -> dict:
+        """Ingest's outcome for the upload ``event`` names, once the S3 event has reached it: ``started``
+        (its RUN item), ``rejected`` (its ingest FAILURE item, with the reason) or ``ignored``."""
+        from layoutlab.pipeline import identity
+        from layoutlab.pipeline.events import is_incoming, objects_in_event
+
+        [ref] = objects_in_event(event)
+        dataset_id = identity.dataset_id(ref)
+        if not is_incoming(ref.key):
+            return {"key": ref.key, "status": "ignored", "dataset_id": None, "reason": "not under incoming/"}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for item in self.store.items(dataset=dataset_id):
+                if item["kind"] == "RUN":
+                    return {"key": ref.key, "status": "started", "dataset_id": dataset_id,
+                            "execution_name": identity.execution_name(ref)}
+                if item["kind"] == "FAILURE" and item.get("stage") == "ingest":
+                    return {"key": ref.key, "status": "rejected", "dataset_id": dataset_id, "reason": item["reason"]}
+            time.sleep(0.2)
+        return {"key": ref.key, "status": "rejected", "dataset_id": dataset_id,
+                "reason": f"ingest did not answer the S3 event within {timeout:.0f} s (see the local cloud's log)"}
+
+    def executions(self) -> list[dict]:
+        """Every execution of the pipeline, newest first: name, status, start and stop."""
+        found = []
+        paginator = self.sfn.get_paginator("list_executions")
+        for page in paginator.paginate(stateMachineArn=dispatch.state_machine_arn()):
+            found += page["executions"]
+        return sorted(found, key=lambda e: e["startDate"], reverse=True)
 
     # -- following ----------------------------------------------------------------
     def execution_arn(self, name: str) -> str:

@@ -122,6 +122,18 @@ def objects_in_event(event: dict) -> list[ObjectRef]:
     raise UnrecognisedEvent("neither an S3 notification ('Records') nor an EventBridge event ('detail-type')")
 
 
+def object_created_pattern(bucket: str, prefix: str = INCOMING_PREFIX) -> dict:
+    """The EventBridge rule's pattern that starts ingest: "Object Created" in ``bucket`` under ``prefix``.
+
+    One pattern for the CDK app's rule (cdk/layoutlab_cdk/pipeline_stack.py) and the local cloud's
+    (layoutlab.local.pipeline), so both route the same events to ingest."""
+    return {
+        "source": ["aws.s3"],
+        "detail-type": ["Object Created"],
+        "detail": {"bucket": {"name": [bucket]}, "object": {"key": [{"prefix": prefix}]}},
+    }
+
+
 def is_incoming(key: str, prefix: str = INCOMING_PREFIX) -> bool:
     """True when ``key`` is an upload to process: under the prefix and not a folder marker."""
     return key.startswith(prefix) and not key.endswith("/") and len(key) > len(prefix)

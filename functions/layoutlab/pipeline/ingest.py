@@ -44,6 +44,7 @@ class IngestSettings:
     outputs_bucket: str
     max_bytes: int = DEFAULT_MAX_BYTES
     ceilings: Ceilings = field(default_factory=Ceilings)
+    default_plan: str = ""  # plans/<name>.json in the ingest bucket for uploads naming no plan; "": the packaged one
 
 
 @dataclass
@@ -119,8 +120,8 @@ def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
     return kind
 
 
-def _plan_for(s3, ref: ObjectRef, metadata: dict, ceilings: Ceilings) -> dict:
-    name = (metadata or {}).get(PLAN_METADATA_KEY)
+def _plan_for(s3, ref: ObjectRef, metadata: dict, ceilings: Ceilings, default_name: str = "") -> dict:
+    name = (metadata or {}).get(PLAN_METADATA_KEY) or default_name
     if not name:
         try:
             return merge_plan(None, ceilings=ceilings, input_bytes=ref.size)
@@ -192,7 +193,7 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
             LOG.info("stale event: %s", reason)
             return IngestOutcome(key=ref.key, status="stale", dataset_id=dataset_id, reason=reason)
         source_format = _check_content(s3, ref, settings.max_bytes)
-        plan = _plan_for(s3, ref, head.get("Metadata", {}), settings.ceilings)
+        plan = _plan_for(s3, ref, head.get("Metadata", {}), settings.ceilings, settings.default_plan)
     except Rejected as rejection:
         reason = f"{ref.url}: {rejection}"
         store.put_failure(dataset_id, "ingest", "validate", reason, source=ref.to_dict())
