@@ -17,6 +17,9 @@ local cloud's server process (``cloud.serve``), where moto runs:
 - a completed multipart upload sends two events: moto's ``complete_multipart_upload`` stores the
   object with its ``put_object``, which notifies ``ObjectCreated:Put``, then notifies
   ``ObjectCreated:CompleteMultipartUpload``. AWS sends only the second; the first is dropped here.
+  Likewise moto's PutObject, CopyObject and CompleteMultipartUpload set the object's tags (none, most
+  often) through the call that notifies "Object Tags Added"; AWS sends that event for PutObjectTagging
+  only, so it is dropped unless that is the request.
 - a rule cannot deliver to a Lambda target (moto's rules deliver to log groups, queues, buses
   and archives only). Here a Lambda target's events go to a queue that one thread drains,
   invoking the function through the local dispatcher, after the S3 request has been answered:
@@ -30,6 +33,7 @@ Pinned to moto 5.2.5 like ``moto_patch``: ``install`` refuses other versions.
 
 from __future__ import annotations
 
+import calendar
 import copy
 import itertools
 import logging
@@ -134,6 +138,7 @@ class LambdaTargets:
 _targets: LambdaTargets | None = None
 _installed = False
 _completing = threading.local()  # set while moto completes a multipart upload in this thread
+_tagging = threading.local()  # set while moto answers a PutObjectTagging request in this thread
 
 
 def install(invoke: LambdaInvoke) -> LambdaTargets:
@@ -151,15 +156,28 @@ def install(invoke: LambdaInvoke) -> LambdaTargets:
     from moto.events import models as events_models
     from moto.s3 import notifications
     from moto.s3.models import S3Backend
+    from moto.s3.responses import S3Response
     from moto.utilities.arns import parse_arn
 
     stock_send_event = notifications.send_event
     stock_complete = S3Backend.complete_multipart_upload
 
+    stock_tagging_request = S3Response.put_object_tagging
+    events = notifications.S3NotificationEvent
+
     def send_event(account_id, event_name, bucket, key) -> None:
-        if getattr(_completing, "active", False) and event_name == notifications.S3NotificationEvent.OBJECT_CREATED_PUT_EVENT:
+        if getattr(_completing, "active", False) and event_name == events.OBJECT_CREATED_PUT_EVENT:
             return  # the object a multipart upload completes: its one event is CompleteMultipartUpload
+        if event_name == events.OBJECT_TAGGING_PUT_EVENT and not getattr(_tagging, "active", False):
+            return  # tags set along with the object's creation: AWS notifies the creation only
         stock_send_event(account_id, event_name, bucket, key)
+
+    def tagging_request(self, *args, **kwargs):
+        _tagging.active = True
+        try:
+            return stock_tagging_request(self, *args, **kwargs)
+        finally:
+            _tagging.active = False
 
     def complete_multipart_upload(self, *args, **kwargs):
         _completing.active = True
@@ -184,10 +202,12 @@ def install(invoke: LambdaInvoke) -> LambdaTargets:
 
     def send_to_targets(self, original_event, transform_input: bool = True) -> None:
         functions = [t for t in self.targets if parse_arn(t["Arn"]).service == "lambda"]
-        if len(functions) < len(self.targets):  # moto's own targets (it refuses Lambda ones)
+        if len(functions) < len(self.targets):  # moto's own targets (it refuses Lambda ones) ...
             others = copy.copy(self)
             others.targets = [t for t in self.targets if t not in functions]
-            stock_send_to_targets(others, original_event, transform_input)
+            # ... which expect moto's epoch-seconds time (they format it themselves)
+            epoch = calendar.timegm(time.strptime(original_event["time"], "%Y-%m-%dT%H:%M:%SZ"))
+            stock_send_to_targets(others, {**original_event, "time": epoch}, transform_input)
         if not functions or self.state != "ENABLED" or not self.event_pattern.matches_event(original_event):
             return
         for target in functions:
@@ -197,6 +217,7 @@ def install(invoke: LambdaInvoke) -> LambdaTargets:
     notifications._send_event_bridge_message = send_to_event_bridge
     notifications.send_event = send_event
     S3Backend.complete_multipart_upload = complete_multipart_upload
+    S3Response.put_object_tagging = tagging_request
     events_models.Rule.send_to_targets = send_to_targets
     _installed = True
     return _targets
