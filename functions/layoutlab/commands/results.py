@@ -136,6 +136,12 @@ def run(args) -> int:
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
     table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or os.environ.get("LAYOUTLAB_RESULTS_TABLE")
     args.aws = args.aws or bool(args.env)
+    if endpoint and not table and not args.aws:
+        from layoutlab.local.cloud import LocalCloud
+
+        local = LocalCloud.from_state()
+        if local is not None and endpoint == local.moto_endpoint:
+            table = dispatch.RESULTS_TABLE  # the shell of `eval "$(layoutlab local env)"`: the local cloud's table
     if not endpoint and not args.aws:
         endpoint = _local_endpoint()
         if endpoint:
