@@ -2,8 +2,8 @@
 
 Starts the local cloud (moto on 127.0.0.1 + the S3 latency proxy), creates the
 buckets, tables and the state machine from the same ASL the CDK app deploys,
-uploads each file under ``incoming/``, delivers the event AWS would send to
-the ingest function, lets moto's Step Functions run the pipeline (each Lambda
+uploads each file under ``incoming/``, whose S3 event reaches the ingest function
+through the EventBridge rule as in AWS, lets moto's Step Functions run the pipeline (each Lambda
 and Fargate task a fresh single-core process with its platform's memory
 limit), shows progress, prints the results and writes a report. Everything it
 starts it stops; the results are kept on disk for ``layoutlab results``.
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
         "demo",
         help="run the whole pipeline locally (local S3, DynamoDB, Step Functions) on samples or your files",
         description=(
-            "Run the event-driven pipeline on the local cloud: upload each file under incoming/, deliver "
-            "the S3 event to ingest, run the state machine (convert variants, benchmark every case cold "
+            "Run the event-driven pipeline on the local cloud: upload each file under incoming/ (its S3 event "
+            "reaches ingest through the EventBridge rule, as in AWS), run the state machine (convert variants, benchmark every case cold "
             "on one core, summarize), print the results and write a report. With no FILES it generates a "
             "GEOS-like NetCDF-4 file and an ICESat-2 ATL03-like granule. No AWS account, no Docker, no network "
             "beyond 127.0.0.1. Results are kept on disk for 'layoutlab results' (see --reset)."
@@ -119,20 +119,21 @@ def run(args) -> int:
     cloud = start_local_cloud(log_path=workdir / "local-cloud.log", **cloud_options)
     try:
         pipeline = LocalPipeline(cloud)
-        pipeline.setup()
+        pipeline.setup(s3_events=True)
         kept = pipeline.load_snapshot()
         print(f"local cloud up: moto {cloud.moto_endpoint}, S3 through the proxy at {cloud.s3_endpoint} "
               f"({cloud.latency_ms:g} ms first byte, {cloud.bandwidth_mbps:g} Mbit/s); {kept} kept items loaded")
         plan_name = plan.get("name") or "demo"
         pipeline.put_plan(plan_name, plan)
         outcomes = []
-        for path in files:
-            event = pipeline.upload(path, plan=plan_name)
-            for outcome in pipeline.deliver(event):
-                outcomes.append(outcome)
-                print(f"  {outcome['key']}: {outcome['status']}"
-                      + (f" as {outcome['dataset_id']}" if outcome.get("dataset_id") else "")
-                      + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
+        # Each upload reaches ingest as in AWS: S3 -> EventBridge rule -> ingest (local/s3_events.py).
+        uploads = [pipeline.upload(path, plan=plan_name) for path in files]
+        for event in uploads:
+            outcome = pipeline.ingested(event)
+            outcomes.append(outcome)
+            print(f"  {outcome['key']}: {outcome['status']}"
+                  + (f" as {outcome['dataset_id']}" if outcome.get("dataset_id") else "")
+                  + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
         running = [o for o in outcomes if o["status"] == "started"]
         with tqdm(desc="benchmark cases", unit="case", total=0) as bar:
             def show(done, planned):
