@@ -20,6 +20,8 @@ from pathlib import Path
 from layoutlab.errors import UserError
 
 DEFAULT_GEOS_SHAPE = "240,91,144"
+# The console output fits a terminal this wide; what is longer (a failure's whole reason) is in report.md.
+CONSOLE_COLUMNS = 160
 # 400,000 photons a beam: a ~57 MB granule, past s3fs's 50 MiB default block, where Lopez et al.'s
 # effect (original + default reader vs paged + aligned reader) shows (docs/benchmarks.md)
 DEFAULT_PHOTONS = 400_000
@@ -131,9 +133,9 @@ def run(args) -> int:
         for event in uploads:
             outcome = pipeline.ingested(event)
             outcomes.append(outcome)
-            print(f"  {outcome['key']}: {outcome['status']}"
-                  + (f" as {outcome['dataset_id']}" if outcome.get("dataset_id") else "")
-                  + (f" ({outcome['reason']})" if outcome.get("reason") else ""))
+            print(fit(f"  {outcome['key']}: {outcome['status']}"
+                      + (f" as {outcome['dataset_id']}" if outcome.get("dataset_id") else "")
+                      + (f" ({outcome['reason']})" if outcome.get("reason") else "")))
         running = [o for o in outcomes if o["status"] == "started"]
         with tqdm(desc="benchmark cases", unit="case", total=0) as bar:
             def show(done, planned):
@@ -153,6 +155,22 @@ def run(args) -> int:
           + f"; done in {time.perf_counter() - started:.0f} s")
     rejected = [o for o in outcomes if o["status"] == "rejected"]
     return 1 if failed or rejected else 0
+
+
+def fit(line: str) -> str:
+    """One console line of at most CONSOLE_COLUMNS characters: a longer one is cut, pointing to the report."""
+    if len(line) <= CONSOLE_COLUMNS:
+        return line
+    more = " ... (whole line in report.md)"
+    return line[: CONSOLE_COLUMNS - len(more)] + more
+
+
+def wrap(text: str) -> str:
+    """A paragraph wrapped at CONSOLE_COLUMNS, its continuation lines indented like its first."""
+    import textwrap
+
+    indent = " " * (len(text) - len(text.lstrip()) + 2)
+    return textwrap.fill(text, width=CONSOLE_COLUMNS, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def html_report(items: list[dict], workdir: Path) -> Path | None:
@@ -186,10 +204,10 @@ def report(pipeline, running, final, workdir: Path, tables) -> int:
         if status != "SUCCEEDED":
             failed += 1
         for failure in failures[:10]:
-            print(f"  FAILURE {failure['stage']} {failure.get('detail')}: {failure['reason']}")
+            print(fit(f"  FAILURE {failure['stage']} {failure.get('detail')}: {failure['reason']}"))
             lines.append(f"- FAILURE {failure['stage']} `{failure.get('detail')}`: {failure['reason']}")
         if summary and summary.get("recommendation"):
-            print(f"  recommendation: {summary['recommendation']}")
+            print(wrap(f"  recommendation: {summary['recommendation']}"))
             lines += [f"**Recommendation:** {summary['recommendation']}", ""]
         lines += ["", "| variant | status | size MB | overhead | convert s |", "|---|---|---|---|---|"]
         for v in variants:
@@ -210,7 +228,7 @@ def report(pipeline, running, final, workdir: Path, tables) -> int:
         if summary:
             print()
             for line in tables.summary_lines(summary):
-                print("  " + line)
+                print(wrap("  " + line))
             lines += ["", "```"] + tables.summary_lines(summary) + ["```"]
     (workdir / "report.md").write_text("\n".join(lines) + "\n")
     return failed
