@@ -60,6 +60,12 @@ def run(args) -> int:
             return 0
         if args.latency_ms < 0 or args.bandwidth_mbps < 0:
             raise UserError("--latency-ms and --bandwidth-mbps must be >= 0")
+        from layoutlab.local.artifact_runtime import Artifacts, ArtifactsMissing
+
+        try:  # ingest and every task run from them: missing or stale ones are said now, not in the cloud's log
+            Artifacts.locate()
+        except ArtifactsMissing as error:
+            raise UserError(str(error)) from None
         log = Path(state).with_suffix(".log")
         cloud = start_local_cloud(state, latency_ms=args.latency_ms, bandwidth_mbps=args.bandwidth_mbps,
                                   detach=True, log_path=log)
