@@ -163,7 +163,8 @@ def test_nothing_is_written_under_incoming(run):
     versions = pipeline.s3.list_object_versions(Bucket=dispatch.INGEST_BUCKET).get("Versions", [])
     keys = sorted(v["Key"] for v in versions)
     assert keys == ["incoming/empty.h5", "incoming/fanned.nc", "incoming/flat.h5", "incoming/granule.h5",
-                    "incoming/grid sample.nc", "plans/ci.json", "plans/fanout.json"]
+                    "incoming/grid sample.nc", "plans/ci.json", "plans/fanout.json",
+                    "plans/local.json"]  # (setup: the plan of uploads naming none)
     outputs = pipeline.s3.list_objects_v2(Bucket=dispatch.OUTPUTS_BUCKET).get("Contents", [])
     assert outputs and not any(o["Key"].startswith("incoming/") for o in outputs)
 
