@@ -26,6 +26,9 @@ UV_VERSION := $(shell sed -n 's/^required-version = "==\([0-9.]*\)".*/\1/p' pypr
 TOOLS  := .tools
 UV     := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
+# TLS roots from the system's store, as pip and curl here use them (a machine behind an inspecting
+# proxy trusts its CA there; uv's built-in roots would not)
+export UV_SYSTEM_CERTS := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 ENV    ?= dev
 

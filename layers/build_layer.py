@@ -83,6 +83,10 @@ NOT_IN_LAYER = {"netcdf4"}
 STRIP_DIR_NAMES = {"tests", "test", "__pycache__"}
 
 
+# uv trusts the system's TLS roots, as the Makefile has it (pip and curl here use them too)
+os.environ.setdefault("UV_SYSTEM_CERTS", "1")
+
+
 def uv_executable() -> str:
     """The uv the Makefile installed (``.tools/bin/uv``, the version pyproject.toml requires), else ``$UV``
     or one on PATH."""
