@@ -19,12 +19,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= dev,cdk
 # The installer: uv, at the version pyproject.toml's [tool.uv] required-version names, bootstrapped
-# with pip into a tools venv of its own. Every Python package the project uses comes from its lock,
-# uv.lock (make lock / make upgrade rewrite it). uv reads no pip configuration: it uses PyPI, the
-# index the lock names, and never downloads a Python of its own.
+# with pip into a tools venv of its own, kept per user and per uv version (every clone shares it:
+# a second clone's install does not bootstrap again). Every Python package the project uses comes
+# from its lock, uv.lock (make lock / make upgrade rewrite it). uv reads no pip configuration: it
+# uses PyPI, the index the lock names, and never downloads a Python of its own.
 UV_VERSION := $(shell sed -n 's/^required-version = "==\([0-9.]*\)".*/\1/p' pyproject.toml)
-TOOLS  := .tools
-UV     := $(TOOLS)/bin/uv
+TOOLS  ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/layoutlab/uv-$(UV_VERSION)
+export UV := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 # TLS roots from the system's store, as pip and curl here use them (a machine behind an inspecting
 # proxy trusts its CA there; uv's built-in roots would not)
@@ -74,13 +75,13 @@ python:
 	  exit 1; \
 	fi
 
-$(TOOLS)/.uv-$(UV_VERSION): pyproject.toml | python
+$(TOOLS)/.installed: | python
 	@test -n "$(UV_VERSION)" || { echo "pyproject.toml: [tool.uv] required-version = \"==X.Y.Z\" is missing"; exit 1; }
 	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/python -m pip install -q --disable-pip-version-check 'uv==$(UV_VERSION)'
 	touch $@
 
-uv: $(TOOLS)/.uv-$(UV_VERSION)
+uv: $(TOOLS)/.installed
 
 # The venv is exactly the lock (--locked: a pyproject.toml changed since the lock was written is an
 # error that says to run `make lock`, never a silent new resolution). The editable install also
@@ -168,7 +169,7 @@ bench-repack: sysdeps venv
 	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
 
 clean:
-	rm -rf $(VENV) $(TOOLS) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
+	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
 
 # Issue 4's measurements of the benchmark instrument (see README, section bench).
 bench-ranged-get: venv

@@ -37,6 +37,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,12 +89,15 @@ os.environ.setdefault("UV_SYSTEM_CERTS", "1")
 
 
 def uv_executable() -> str:
-    """The uv the Makefile installed (``.tools/bin/uv``, the version pyproject.toml requires), else ``$UV``
-    or one on PATH."""
-    for candidate in (os.environ.get("UV"), str(ROOT / ".tools" / "bin" / "uv"), shutil.which("uv")):
+    """``$UV`` (the Makefile exports the uv it installed, the version pyproject.toml requires), else the one
+    the Makefile keeps per user, else one on PATH."""
+    required = re.search(r'^required-version = "==([0-9.]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    kept = cache / "layoutlab" / f"uv-{required.group(1) if required else '?'}" / "bin" / "uv"
+    for candidate in (os.environ.get("UV"), str(kept), shutil.which("uv")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise SystemExit(f"layers/build_layer.py: uv not found (looked at $UV, {ROOT / '.tools/bin/uv'} and PATH); "
+    raise SystemExit(f"layers/build_layer.py: uv not found (looked at $UV, {kept} and PATH); "
                      "`make venv` installs the version pyproject.toml requires")
 
 
