@@ -121,8 +121,11 @@ def requirements(exported: str | None = None) -> list[str]:
                   if line and not line[0].isspace() and not line.startswith("#"))
 
 
-def requirements_digest(exported: str) -> str:
-    text = json.dumps({"requirements": exported, "python": PYTHON_VERSION, "platform": UV_PLATFORM})
+def requirements_digest() -> str:
+    """What the layer is built from: the lock (read as bytes: checking needs no uv), what it leaves out, the
+    runtime's Python and platform."""
+    text = json.dumps({"lock": hashlib.sha256(LOCK.read_bytes()).hexdigest(), "left_out": sorted(NOT_IN_LAYER),
+                       "python": PYTHON_VERSION, "platform": UV_PLATFORM})
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -145,7 +148,7 @@ def _stamp_digest(stamp: Path) -> str | None:
 
 
 def layer_is_current() -> bool:
-    return SITE.is_dir() and _stamp_digest(STAMP) == requirements_digest(locked_requirements())
+    return SITE.is_dir() and _stamp_digest(STAMP) == requirements_digest()
 
 
 def function_is_current() -> bool:
@@ -216,7 +219,7 @@ def build_layer(quiet: bool = False) -> dict:
     shutil.rmtree(SITE / "bin", ignore_errors=True)
     stripped = strip(SITE)
     report = {
-        "digest": requirements_digest(exported),
+        "digest": requirements_digest(),
         "requirements": requirements(exported),
         "python": PYTHON_VERSION,
         "platform": UV_PLATFORM,
