@@ -275,7 +275,8 @@ def http_json(method: str, url: str, payload: dict | None = None, timeout: float
 
 
 class ProxyCounter:
-    """A client of the local S3 proxy of its own (own port, latency, bandwidth, counters).
+    """A client of the local S3 proxy of its own (own port, latency, bandwidth, counters), opened as a case's:
+    while it is open the local S3 refuses reads that did not come through it (``direct_requests``).
 
     Present only when ``LAYOUTLAB_PROXY_CONTROL`` names the proxy's control URL;
     otherwise ``client`` is None and every method returns None.
@@ -285,7 +286,8 @@ class ProxyCounter:
         self.control = os.environ.get("LAYOUTLAB_PROXY_CONTROL")
         self.client = None
         if self.control:
-            spec = {"name": "bench"}
+            # a case's client: while it is open the local S3 refuses reads that did not cross it (case_guard)
+            spec = {"name": "bench", "case": True}
             if latency_ms is not None:
                 spec["latency_ms"] = float(latency_ms)
             if bandwidth_mbps is not None:
@@ -314,4 +316,6 @@ def _proxy_counts(stats: dict) -> dict:
     return {"requests": stats["requests"], "get_requests": stats["get_requests"],
             "head_requests": stats["head_requests"], "bytes_transferred": stats["bytes_out"],
             "by_method": dict(stats.get("by_method", {})),
-            "faults": dict(stats.get("faults", {}))}
+            "faults": dict(stats.get("faults", {})),
+            # reads that reached the local S3 around this client while it was open (refused); None: no guard
+            "direct_requests": stats.get("direct_requests")}

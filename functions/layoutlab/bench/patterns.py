@@ -140,6 +140,12 @@ class Pattern(abc.ABC):
                             f"known: {sorted(self.defaults)}")
         return {**self.defaults, **(given or {})}
 
+    def group(self, params) -> str | None:
+        """The HDF5 group of the arrays this pattern reads ('' the root), None when it visits the whole tree.
+
+        A reader that opens one group at a time (xarray) opens this one, once, as its users do."""
+        return _group_of(params.get("variable") or "")
+
     @abc.abstractmethod
     def select(self, handle, params) -> Selection:
         """What to read for ``params`` (coordinate lookups and searches happen here)."""
@@ -200,6 +206,9 @@ class GranuleOpenList(Pattern):
     name = "granule-open-list"
     defaults = {}
 
+    def group(self, params):
+        return None
+
     def select(self, handle, p):
         return Selection([], {})
 
@@ -212,10 +221,17 @@ def _beam_path(p, name):
     return f"{p['beam']}/heights/{name}"
 
 
+def _group_of(path: str) -> str:
+    return path.strip("/").rpartition("/")[0]
+
+
 class BeamRead(Pattern):
     name = "beam-read"
     # mean: also average what was read, as NSIDC's ATL03 benchmark does (the mean goes into the record)
     defaults = {"beam": ATL03_BEAM, "variable": "h_ph", "mean": False}
+
+    def group(self, params):
+        return _group_of(_beam_path(params, params["variable"]))
 
     def select(self, handle, p):
         path = _beam_path(p, p["variable"])
@@ -232,6 +248,9 @@ class BeamRead(Pattern):
 class BeamSubset(Pattern):
     name = "beam-subset"
     defaults = {"beam": ATL03_BEAM, "variable": "h_ph", "lat_min": None, "lat_max": None}
+
+    def group(self, params):
+        return _group_of(_beam_path(params, params["variable"]))
 
     def select(self, handle, p):
         lat = np.asarray(_array(handle, _beam_path(p, "lat_ph"))[:])

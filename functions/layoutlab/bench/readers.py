@@ -149,14 +149,22 @@ class _XarrayArray:
 
 
 class XarrayHandle(Handle):
-    """xarray datasets opened per HDF5 group on first use (xarray opens one group at a time)."""
+    """What one ``xr.open_dataset(url, group=...)`` (or ``xr.open_datatree(url)``) opened, as a scientist opens it.
 
-    def __init__(self, kind, root, settings, closers, opener):
+    ``root`` is the URL. The reader opens the group the pattern reads (``Pattern.group``) or, for a
+    listing, the whole tree, once. A pattern asking for an array of another group opens that group
+    then (one more open, as a user would write one more ``open_dataset``); none of layoutlab's
+    patterns does."""
+
+    def __init__(self, kind, root, settings, closers, opener, tree=None):
         super().__init__(kind, root, settings, closers)
         self._opener = opener
         self._groups: dict[str, object] = {}
+        self._tree = tree
 
     def _group(self, group: str):
+        if self._tree is not None:
+            return self._tree[group] if group else self._tree
         if group not in self._groups:
             ds = self._opener(group or None)
             self.closers.append(ds.close)
@@ -174,14 +182,10 @@ class XarrayHandle(Handle):
         return dict(self._group("").attrs)
 
     def listing(self):
-        import xarray as xr
-
-        options = getattr(self, "_listing_options", None)
-        extra = {"storage_options": options} if options is not None else {}
-        tree = xr.open_datatree(self.root, engine="h5netcdf", phony_dims="access", decode_times=False, **extra)
-        self.closers.append(tree.close)
+        if self._tree is None:
+            raise UserError("xarray-h5netcdf lists only a file it opened with open_datatree (a pattern whose group is None)")
         counts = {"objects": 0, "arrays": 0, "attributes": 0}
-        for node in tree.subtree:
+        for node in self._tree.subtree:
             counts["objects"] += 1
             counts["attributes"] += len(node.attrs)
             for var in node.variables.values():
@@ -230,6 +234,13 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def open(self, url: str) -> Handle:
         """Open ``url`` with this reader's settings."""
+
+    def open_for(self, url: str, group: str | None) -> Handle:
+        """Open ``url`` for a pattern that reads in HDF5 group ``group`` ('' the root; None: the whole tree).
+
+        Readers that open the whole file (h5py, h5coro, zarr) open it as ``open`` does; one that opens a
+        group at a time (xarray) opens just that one, once, as its users call it."""
+        return self.open(url)
 
 
 class H5pyS3fsDefault(Reader):
@@ -352,8 +363,8 @@ class XarrayH5netcdf(Reader):
         driver_kwds = {k: int(o[k]) for k in self.HDF5_OPTIONS if k in o}
         return open_kwargs or None, driver_kwds or None
 
-    def open(self, url):
-        import h5py
+    def open(self, url, group: str | None = ""):
+        """``xr.open_dataset(url, engine="h5netcdf", group=group)`` once; ``group=None``: ``xr.open_datatree(url)``."""
         import xarray as xr
 
         probe = storage.s3fs_filesystem(for_url=url, skip_instance_cache=True,
@@ -363,29 +374,30 @@ class XarrayH5netcdf(Reader):
                    "client_kwargs": dict(probe.client_kwargs)}
         if probe.version_aware:
             options["version_aware"] = True
-        opened: list = []
         open_kwargs, driver_kwds = self._open_options()
+        common = {"engine": "h5netcdf", "phony_dims": "access", "decode_times": False, "storage_options": options,
+                  "driver_kwds": driver_kwds, **({"open_kwargs": open_kwargs} if open_kwargs else {})}
 
-        def opener(group):
-            ds = xr.open_dataset(url, engine="h5netcdf", group=group, phony_dims="access", decode_times=False,
-                                 chunks=None, storage_options=options, open_kwargs=open_kwargs,
-                                 driver_kwds=driver_kwds)
-            opened.append(ds)
-            return ds
+        def opener(name):
+            return xr.open_dataset(url, group=name, chunks=None, **common)
 
         try:
-            first = opener(None)
+            if group is None:
+                opened = tree = xr.open_datatree(url, **common)
+            else:
+                opened, tree = opener(group or None), None
         except (OSError, ValueError) as error:
             raise UserError(f"{url}: not readable as HDF5/NetCDF-4 through xarray ({error})") from error
-        import xarray
-
-        settings = {**self.settings, "xarray": xarray.__version__, **_h5py_version_settings(),
-                    **_xarray_file_cache(first)}
-        handle = XarrayHandle("hdf5", url, settings, [], opener)
-        handle._groups[""] = first
-        handle.closers.append(first.close)
-        handle._listing_options = options
+        settings = {**self.settings, "xarray": xr.__version__, **_h5py_version_settings(),
+                    "opened": "open_datatree(url)" if group is None else f"open_dataset(url, group={group or None!r})",
+                    **_xarray_file_cache(opened)}
+        handle = XarrayHandle("hdf5", url, settings, [opened.close], opener, tree=tree)
+        if tree is None:
+            handle._groups[group or ""] = opened
         return handle
+
+    def open_for(self, url, group):
+        return self.open(url, group)
 
 
 def _xarray_file_cache(ds) -> dict:
@@ -559,21 +571,16 @@ class IcechunkReader(Reader):
         from layoutlab.convert.virtual import open_icechunk_repository
 
         loc = storage.S3Location.parse(url)
-        buckets = tuple(self.options.get("virtual_buckets") or ())
+        buckets = tuple(self.options["virtual_buckets"]) if self.options.get("virtual_buckets") else None
         try:
             repo = open_icechunk_repository(url, buckets)
-            if not buckets:  # authorize what the repository's containers name (the original's bucket)
-                containers = [c.url_prefix for c in repo.config.virtual_chunk_containers.values()] \
-                    if repo.config.virtual_chunk_containers else []
-                names = tuple(storage.S3Location.parse(p).bucket for p in containers if p.startswith("s3://"))
-                if names:
-                    repo = open_icechunk_repository(url, names)
             session = repo.readonly_session("main")
             group = zarr.open_group(session.store, mode="r", zarr_format=3)
         except (icechunk.IcechunkError, FileNotFoundError, ValueError) as error:
             raise UserError(f"{url}: not an Icechunk repository ({type(error).__name__}: {error})") from error
         settings = {**self.settings, "icechunk": icechunk.__version__, "zarr": zarr.__version__,
-                    "snapshot": session.snapshot_id, "bucket": loc.bucket}
+                    "snapshot": session.snapshot_id, "bucket": loc.bucket,
+                    "virtual_containers": sorted(repo.authorized_virtual_container_prefixes)}
         return ZarrHandle("zarr", group, settings, [])
 
 

@@ -331,26 +331,50 @@ def icechunk_storage(url: str):
                                force_path_style=bool(endpoint), from_env=True)
 
 
-def virtual_container(bucket: str):
+def virtual_container(bucket: str, endpoint: str | None = None):
+    """The virtual chunk container of ``bucket``: AWS's S3 in the region, or ``endpoint`` when given.
+
+    Repositories store it with no endpoint (``write_icechunk_virtual``): a persisted location never
+    names a host of the machine that wrote it, so the same variant reads in AWS as it is, and a
+    reader elsewhere (the local cloud, a benchmark case's proxy client) passes its own endpoint
+    when it opens the repository (``open_icechunk_repository``)."""
     import icechunk
 
     from layoutlab import storage as st
 
-    endpoint = st.s3_endpoint_url()
     store = icechunk.s3_store(region=st.aws_region(), endpoint_url=endpoint,
                               allow_http=bool(endpoint and endpoint.startswith("http:")),
                               s3_compatible=bool(endpoint), force_path_style=bool(endpoint))
     return icechunk.VirtualChunkContainer(f"s3://{bucket}/", store)
 
 
-def open_icechunk_repository(url: str, virtual_buckets: tuple[str, ...] = (), config=None):
-    """The repository at ``url``, allowed to read virtual chunks from ``virtual_buckets`` (credentials from env)."""
+def open_icechunk_repository(url: str, virtual_buckets: tuple[str, ...] | None = None):
+    """The repository at ``url``, opened once, allowed to read virtual chunks from ``virtual_buckets``
+    (None: the buckets its own containers name), with credentials from the environment.
+
+    Where an S3 endpoint is configured (``AWS_ENDPOINT_URL_S3``: the local cloud, a case's proxy
+    client), those containers are given that endpoint for this session, so virtual chunks are read
+    where the repository's own objects are; in AWS (no endpoint) the stored containers are used as
+    they are. (``reopen`` with the containers and credentials sends no request.)"""
     import icechunk
 
+    from layoutlab import storage as st
+
+    repo = icechunk.Repository.open(icechunk_storage(url), authorize_virtual_chunk_access={})
+    if virtual_buckets is None:
+        stored = (repo.config.virtual_chunk_containers or {}).values()
+        virtual_buckets = tuple(st.S3Location.parse(c.url_prefix).bucket for c in stored
+                                if c.url_prefix.startswith("s3://"))
+    if not virtual_buckets:
+        return repo
+    config = repo.config
+    endpoint = st.s3_endpoint_url()
+    if endpoint:
+        for bucket in virtual_buckets:
+            config.set_virtual_chunk_container(virtual_container(bucket, endpoint))
     credentials = icechunk.containers_credentials(
         {f"s3://{b}/": icechunk.s3_credentials(from_env=True) for b in virtual_buckets})
-    return icechunk.Repository.open(icechunk_storage(url), config=config,
-                                    authorize_virtual_chunk_access=credentials or None)
+    return repo.reopen(config=config, authorize_virtual_chunk_access=credentials)
 
 
 def write_icechunk_virtual(layout: VirtualLayout, target_url: str, etag: str | None) -> dict:

@@ -266,21 +266,23 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     os.sched_setaffinity(0, servers)
 
     from moto.core.config import default_user_config
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
     from layoutlab.local import moto_patch
+    from layoutlab.local.case_guard import CaseGuard, guarded_moto_server
     from layoutlab.local.proxy import ProxyThread, S3Proxy
 
     if not stock_moto:  # stock_moto: only for benchmarks/bench_ranged_get.py's side-by-side comparison
         moto_patch.apply(key_buffer_bytes=objects_on_disk_over)
     # moto executes state machines only when asked (DESIGN.md section 4)
     default_user_config["stepfunctions"]["execute_state_machine"] = True
-    moto = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+    # while a benchmark case runs, moto serves S3 reads only through the proxy (local/case_guard.py)
+    guard = CaseGuard()
+    moto = guarded_moto_server(guard, HOST)
     moto.start()
     moto_port = moto.get_host_and_port()[1]
     os.environ["MOTO_PORT"] = str(moto_port)  # moto's SFN/Lambda call back to themselves on it
     proxy = ProxyThread(S3Proxy(f"http://{HOST}:{moto_port}", host=HOST, latency_ms=latency_ms,
-                                bandwidth_mbps=bandwidth_mbps))
+                                bandwidth_mbps=bandwidth_mbps, guard=guard))
     proxy_port = proxy.start()
     # The state machine's Lambda and ECS tasks run from the deployment artifacts on the measured core.
     from layoutlab.local import dispatch

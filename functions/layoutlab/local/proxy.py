@@ -13,6 +13,11 @@ which every S3 client supports (a User-Agent tag would not be: ros3 sets none).
 Control paths (``/_layoutlab/...``) are never counted: an S3 bucket name
 cannot start with ``_``.
 
+Cases (issue 24): a client opened with ``"case": true`` arms the local S3's guard
+(``local/case_guard.py``) while it is open: the proxy marks every request it forwards,
+and moto refuses S3 reads that do not carry the mark, counting them in the client's
+``direct_requests``. A case can then read only through its own client.
+
 Faults (issue #8): a client may also answer a seeded share of its S3 requests
 with ``503 SlowDown`` (S3's XML error body, the request not forwarded), reset
 the connection without an answer, or answer late. ``POST /_layoutlab/faults``
@@ -98,6 +103,8 @@ class Client:
     site: web.TCPSite | None = None
     faults: Faults = field(default_factory=Faults)
     fault_counts: dict = field(default_factory=dict)
+    case: bool = False  # opened for a benchmark case: arms the local S3's guard (local/case_guard.py)
+    direct_requests: int | None = None  # reads that reached the local S3 around this client while it was open
     _draws: random.Random | None = None
 
     def fate(self) -> tuple[str | None, float]:
@@ -131,6 +138,8 @@ class Client:
             "bytes_in": self.bytes_in,
             "faults": {"slowdown": 0, "reset": 0, "slow": 0, **self.fault_counts},
             "fault_settings": self.faults.to_dict(),
+            "case": self.case,
+            "direct_requests": self.direct_requests,
         }
 
     def reset(self) -> None:
@@ -144,8 +153,10 @@ class S3Proxy:
     """The proxy; run it on an asyncio loop with ``await start()``."""
 
     def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0,
-                 latency_ms: float = DEFAULT_LATENCY_MS, bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS):
+                 latency_ms: float = DEFAULT_LATENCY_MS, bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
+                 guard=None):
         self.upstream = upstream.rstrip("/")
+        self.guard = guard  # a local.case_guard.CaseGuard in front of the upstream, or None
         self.host = host
         self.port = port
         self.defaults = {"latency_ms": float(latency_ms), "bandwidth_mbps": float(bandwidth_mbps)}
@@ -204,6 +215,10 @@ class S3Proxy:
                                 content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Host"] = request.headers.get("Host", f"{self.host}:{local_port}")
+        if self.guard is not None:  # this request crossed the link: the local S3 serves it while a case runs
+            from layoutlab.local.case_guard import PROXIED_HEADER
+
+            headers[PROXIED_HEADER] = self.guard.token
         async with self._session.request(
             request.method, self.upstream + request.path_qs, headers=headers, data=body or None,
             allow_redirects=False,
@@ -258,8 +273,11 @@ class S3Proxy:
                 faults = Faults.from_spec(spec["faults"]) if "faults" in spec else self.default_faults
             except (TypeError, ValueError) as error:
                 return web.json_response({"error": str(error)}, status=400)
-            client = Client(f"{spec.get('name', 'client')}-{next(self._ids)}", latency, bandwidth, faults=faults)
+            client = Client(f"{spec.get('name', 'client')}-{next(self._ids)}", latency, bandwidth, faults=faults,
+                            case=bool(spec.get("case")))
             await self._listen(client)
+            if client.case and self.guard is not None:
+                self.guard.arm(client.id)
             return web.json_response(client.stats(), status=201)
         if parts == ["faults"] and request.method == "POST":
             try:
@@ -274,12 +292,16 @@ class S3Proxy:
             client = self.clients.get(parts[1])
             if client is None:
                 return web.json_response({"error": f"no client {parts[1]!r}"}, status=404)
+            if client.case and self.guard is not None:
+                client.direct_requests = self.guard.direct_requests(client.id)
             if request.method == "GET":
                 return web.json_response(client.stats())
             if request.method == "POST" and request.query.get("action") == "reset":
                 client.reset()
                 return web.json_response(client.stats())
             if request.method == "DELETE" and client.id != "default":
+                if client.case and self.guard is not None:
+                    client.direct_requests = self.guard.disarm(client.id)
                 stats = client.stats()
                 await client.site.stop()
                 self.clients.pop(client.id, None)
