@@ -48,3 +48,24 @@ def test_an_undecided_comparison_around_a_ratio_of_1_3_is_not_as_fast():
     assert as_fast({"verdict": "no measurable difference", "ratio": 1.04, "interval": [0.9, 1.2]})
     assert as_fast({"verdict": "faster", "ratio": 0.6, "interval": [0.5, 0.7]})
     assert not as_fast({"verdict": "slower", "ratio": 1.5, "interval": [1.2, 1.8]})
+
+
+def test_a_choice_the_evidence_cannot_separate_from_a_rival_says_so_and_what_would():
+    """Two variants whose repetitions overlap on the patterns chosen on: whichever median comes out ahead, the
+    sentence names the other, the intervals, and that more repetitions would tell them apart."""
+    times = {"original": {"timeseries-point": 1.0, "map-timestep": 1.0},
+             "zarr-a": {"timeseries-point": 0.20, "map-timestep": 0.20},
+             "zarr-b": {"timeseries-point": 0.21, "map-timestep": 0.205}}
+    variants = {"original": {"variant_kind": "original", "size_bytes": 9_300_000},
+                "zarr-a": {"variant_kind": "rechunk-zarr", "size_bytes": 9_400_000, "convert_s": 0.6},
+                "zarr-b": {"variant_kind": "rechunk-zarr", "size_bytes": 9_300_500, "convert_s": 0.5}}
+    swing = {(v, p): SWINGING for v in ("zarr-a", "zarr-b") for p in ("timeseries-point", "map-timestep")}
+    result = decide(records(times, swing), variants=variants)["platforms"][PLATFORM]
+    kept = result["choice"]["variant"]
+    other = ({"zarr-a", "zarr-b"} - {kept}).pop()
+    assert set(result["choice"]["unseparated"]) == {other}
+    assert f"cannot separate {kept} from {other}" in result["sentence"]
+    assert "More repetitions" in result["sentence"]
+    # measurably apart: nothing of the kind is said
+    clear = decide(records(times, {}), variants=variants)["platforms"][PLATFORM]
+    assert clear["choice"]["unseparated"] == {} and "cannot separate" not in clear["sentence"]

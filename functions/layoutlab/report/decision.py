@@ -489,6 +489,21 @@ def measurably_better(platform: str, variant: str, on: list[str], result: dict, 
     return min(found)[1] if found else None
 
 
+def unseparated(platform: str, variant: str, on: list[str], result: dict, best: dict, walls: dict) -> dict:
+    """Variants on the Pareto front the evidence cannot tell from ``variant`` on the patterns of ``on``: measured
+    on all of them and measurably slower than ``variant`` on none. The choice between them is not a finding; a
+    run with more repetitions may name another (variant -> its comparisons with ``variant``)."""
+    rivals = {}
+    for point in result.get("pareto", {}).get("points", []):
+        other = point["variant"]
+        if other in (variant, ORIGINAL) or not point["on_front"]:
+            continue
+        against = _comparisons(platform, other, variant, on, best, walls)
+        if len(against) == len(on) and not any(c["verdict"] == "slower" for c in against.values()):
+            rivals[other] = against
+    return rivals
+
+
 def cheaper_equivalent(platform: str, variant: str, on: list[str], result: dict, mix: dict | None, best: dict,
                        walls: dict, yardstick: dict) -> dict | None:
     """The cheapest variant that reads no measurably slower than ``variant`` on every pattern of ``on``,
@@ -565,7 +580,8 @@ def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dic
         comparison = cheaper["against_original"]
     return {"variant": variant, "why": why, "candidate": variant, "comparison": comparison,
             "no_measurable_difference": False, "replaced_dominated": replaced, "on": on,
-            "cheaper_than": cheaper, "cost": {"kept": costs.get(variant)}, "yardstick": yardstick}
+            "cheaper_than": cheaper, "cost": {"kept": costs.get(variant)}, "yardstick": yardstick,
+            "unseparated": unseparated(platform, variant, on, result, best, walls)}
 
 
 def usd(value: float | None) -> str:
@@ -637,7 +653,20 @@ def recommendation_sentence(platform: str, result: dict, mix: dict | None, budge
     against = f" Against the original: {measured_against}." if measured_against else ""
     over = next((b for b in budgets or [] if b["variant"] == variant and b["within_budget"] is False), None)
     flag = f" Size budget: {variant} adds {budget.budget_text(over)}." if over else ""
-    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}"
+    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}{_unseparated_text(choice)}"
+
+
+def _unseparated_text(choice: dict) -> str:
+    """Says so when the evidence cannot separate the kept variant from others, and what would."""
+    rivals = choice.get("unseparated") or {}
+    if not rivals:
+        return ""
+    variant = choice["variant"]
+    whose = f"{variant}'s"
+    listed = "; ".join(f"{other} ({_comparison_text(c, whose)})" for other, c in sorted(rivals.items()))
+    return (f" The evidence cannot separate {variant} from {', '.join(sorted(rivals))} on {', '.join(choice['on'])}: "
+            f"{listed}. More repetitions of these variants' cases on those patterns (the plan's max_repetitions) "
+            f"would tell whether one reads faster; until then another run may keep any of them.")
 
 
 # -- the seeds' effect --------------------------------------------------------------
