@@ -223,10 +223,11 @@ def _shard_index(shard: bytes, inner_per_shard: int, index_at_end: bool) -> np.n
     return np.frombuffer(raw[:-4], dtype="<u8").reshape(inner_per_shard, 2)
 
 
-def _chunks_needed(metadata, stored, reads) -> int:
+def _chunks_needed(metadata, stored, reads, size=None) -> int:
     """Stored bytes of the chunks ``reads`` touch in a Zarr v3 hierarchy given by ``metadata(name)`` (its array
-    metadata) and ``stored(key)`` (an object's bytes, None when absent): whole chunks, or for a sharded array
-    the inner chunks, sized from each shard's index."""
+    metadata) and ``stored(key)`` (an object's bytes, None when absent): whole chunks (``size(key)`` when given,
+    so a store need not fetch them), or for a sharded array the inner chunks, sized from each shard's index."""
+    size = size or (lambda key: len(stored(key) or b""))
     from zarr.codecs import ShardingCodec
 
     total = 0
@@ -236,8 +237,7 @@ def _chunks_needed(metadata, stored, reads) -> int:
         outer = tuple(meta.chunk_grid.chunk_shape)
         if not isinstance(codec, ShardingCodec):
             for coords in _chunk_coords(ranges, outer):
-                data = stored(f"{name}/{meta.encode_chunk_key(coords)}")
-                total += len(data) if data is not None else 0
+                total += size(f"{name}/{meta.encode_chunk_key(coords)}")
             continue
         inner = tuple(codec.chunk_shape)
         per_shard = tuple(o // i for o, i in zip(outer, inner))
@@ -277,25 +277,29 @@ def _kerchunk_needed(refs: dict, reads) -> int:
 
 def _icechunk_needed(url: str, reads) -> int:
     """From the repository's manifest (``getsize`` of each chunk key: a virtual reference's length or a native
-    chunk's size), read with icechunk in this process, before any case runs."""
+    chunk's size, no chunk fetched), read with icechunk itself in this process, before any case runs."""
+    import icechunk
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    from layoutlab.convert.virtual import open_icechunk_repository
+    from layoutlab.convert.virtual import icechunk_storage
 
-    store = open_icechunk_repository(url).readonly_session("main").store
+    storage = icechunk_storage(url)
+    config = icechunk.Repository.fetch_config(storage)
+    prefixes = [c.url_prefix for c in ((config.virtual_chunk_containers if config else None) or {}).values()]
+    repo = icechunk.Repository.open(storage, authorize_virtual_chunk_access=icechunk.containers_credentials(
+        {prefix: icechunk.s3_credentials(from_env=True) for prefix in prefixes}))
+    store = repo.readonly_session("main").store
     prototype = default_buffer_prototype()
 
-    def stored(key):
-        if not sync(store.exists(key)):
-            return None
-        data = sync(store.get(key, prototype))
-        # a virtual chunk is read here only to size it: its manifest length is what a reader must fetch
-        assert len(data.to_bytes()) == int(sync(store.getsize(key)))
-        return data.to_bytes()
+    def size(key):
+        return int(sync(store.getsize(key))) if sync(store.exists(key)) else 0
+
+    def stored(key):  # only shards (native chunks) are fetched: their index sizes the inner chunks
+        return sync(store.get(key, prototype)).to_bytes() if sync(store.exists(key)) else None
 
     return _chunks_needed(lambda name: _zarr_metadata(sync(store.get(f"{name}/zarr.json", prototype)).to_bytes()),
-                          stored, reads)
+                          stored, reads, size)
 
 
 def needed_bytes(variants, sample: str, kind: str, pattern: str) -> int:

@@ -274,6 +274,11 @@ def http_json(method: str, url: str, payload: dict | None = None, timeout: float
     return json.loads(body) if body else {}
 
 
+# The access key a case's process signs with while its proxy client is open (the local cloud takes any key):
+# the local S3 refuses reads signed with it that did not cross the client (local/case_guard.py).
+CASE_ACCESS_KEY = "layoutlab-case"
+
+
 class ProxyCounter:
     """A client of the local S3 proxy of its own (own port, latency, bandwidth, counters), opened as a case's:
     while it is open the local S3 refuses reads that did not come through it (``direct_requests``).

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from layoutlab import storage
-from layoutlab.bench.accounting import ProxyCounter
+from layoutlab.bench.accounting import CASE_ACCESS_KEY, ProxyCounter
 from layoutlab.errors import UserError
 from layoutlab.results.record import derive_rates, error_record, new_record
 
@@ -140,7 +140,8 @@ def run_case(case: dict) -> dict:
         return error_record(f"case: unknown key(s) {sorted(unknown)}", **base)
     proxy = None
     previous_environment = {name: os.environ.get(name)
-                            for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", *AROUND_THE_LINK)}
+                            for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                         *AROUND_THE_LINK)}
     try:
         from layoutlab.bench.patterns import check_values, get_pattern
         from layoutlab.bench.readers import make_reader
@@ -162,6 +163,7 @@ def run_case(case: dict) -> dict:
             for name in AROUND_THE_LINK:
                 os.environ.pop(name, None)
             os.environ["AWS_ENDPOINT_URL_S3"] = os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+            os.environ["AWS_ACCESS_KEY_ID"] = CASE_ACCESS_KEY  # the case's identity, for the local S3's guard
             base.update(latency_ms=proxy.client["latency_ms"], bandwidth_mbps=proxy.client["bandwidth_mbps"])
         counts = _Counts(reader, proxy if proxy.client else None)
 

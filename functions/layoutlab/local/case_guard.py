@@ -9,16 +9,18 @@ rather than unlikely:
 - the proxy adds ``PROXIED_HEADER`` with this cloud's secret ``token`` to every request it
   forwards to moto;
 - a proxy client opened for a case (``{"case": true}``, what ``ProxyCounter`` opens) *arms* the
-  guard until it is closed;
+  guard until it is closed; the measured process signs its requests with the case's own access
+  key (``accounting.CASE_ACCESS_KEY``, set by ``run_case`` while its client is open);
 - ``CaseGuard.wsgi(app)`` wraps moto's WSGI application: while a case is armed, an S3 read
-  (GET or HEAD, any key, listing or bucket) that does not carry the token is answered
+  (GET or HEAD, any key, listing or bucket) signed by the case's key that does not carry the token is answered
   ``403 AccessDenied`` and counted as a *direct request* of every armed case. The case's
   record has the count (``proxy_counts.direct_requests``); the runner turns a case with any
   into an error record, never a measurement.
 
 Writes, other services (DynamoDB, Step Functions, CloudWatch: their requests are signed for
-their own service) and moto's own API (``/moto-api``) are never refused: conversions and the
-pipeline's bookkeeping talk to moto directly, outside the measured process.
+their own service), moto's own API (``/moto-api``) and requests signed with any other key are
+never refused: conversions and the pipeline's bookkeeping (another execution's Map state reading
+its items while this case runs) talk to moto directly, outside the measured process.
 """
 
 from __future__ import annotations
@@ -27,21 +29,22 @@ import re
 import secrets
 import threading
 
+from layoutlab.bench.accounting import CASE_ACCESS_KEY
+
 PROXIED_HEADER = "X-Layoutlab-Proxied"
 _WSGI_HEADER = "HTTP_" + PROXIED_HEADER.upper().replace("-", "_")
-# SigV4's credential scope names the service: "Credential=AKID/20261125/us-east-1/s3/aws4_request"
-_SERVICE = re.compile(r"Credential=[^/,]+/[^/]+/[^/]+/([^/]+)/aws4_request")
+# SigV4's credential scope names the key and the service: "Credential=AKID/20261125/us-east-1/s3/aws4_request"
+_SCOPE = re.compile(r"Credential=([^/,&]+)(?:/|%2F)[^/%]+(?:/|%2F)[^/%]+(?:/|%2F)([^/%]+)(?:/|%2F)aws4_request")
 REFUSAL = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>layoutlab local '
            "cloud: a benchmark case is running and this S3 read did not come through its proxy client "
            "(the endpoint it used is the local S3's own, not the case's)</Message>"
            "<RequestId>layoutlab-case-guard</RequestId></Error>").encode()
 
 
-def s3_service(environ: dict) -> bool:
-    """True when a WSGI request is addressed to S3 (signed for s3, or unsigned)."""
-    found = _SERVICE.search(environ.get("HTTP_AUTHORIZATION", "") or environ.get("QUERY_STRING", "").replace(
-        "%2F", "/"))
-    return found is None or found.group(1) == "s3"
+def signed_by_case(environ: dict) -> bool:
+    """True when a WSGI request is an S3 request signed with a benchmark case's access key."""
+    found = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", "") or environ.get("QUERY_STRING", ""))
+    return found is not None and found.group(1) == CASE_ACCESS_KEY and found.group(2) == "s3"
 
 
 class CaseGuard:
@@ -70,7 +73,7 @@ class CaseGuard:
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD") or environ.get("PATH_INFO", "").startswith(
                 "/moto-api"):
             return False
-        if environ.get(_WSGI_HEADER) == self.token or not s3_service(environ):
+        if environ.get(_WSGI_HEADER) == self.token or not signed_by_case(environ):
             return False
         with self._lock:
             if not self._direct:
