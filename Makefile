@@ -36,7 +36,7 @@ ENV    ?= dev
 export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra bench clean bench-repack \
+.PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra test-invariants bench clean bench-repack \
         bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
 
 help:
@@ -128,6 +128,11 @@ test-integration: sysdeps venv artifacts
 
 test-infra: venv artifacts
 	$(PY) -m pytest -q tests/infra
+
+# The instrument's invariants over every reader x variant kind x pattern (~160 cold cases at two
+# latencies; `make test` runs every reader x variant kind once, with every pattern among them).
+test-invariants: sysdeps venv artifacts
+	LAYOUTLAB_INVARIANTS=full $(PY) -m pytest -q tests/integration/test_bench_instrument_invariants.py
 
 # rechunker 0.5.x needs zarr < 3, so the rechunk benchmark runs it from a venv of its own.
 RECHUNKER_VENV ?= /tmp/zarr/rechunker-venv
