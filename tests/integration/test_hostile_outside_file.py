@@ -241,6 +241,11 @@ def test_no_variant_in_the_outputs_bucket_holds_the_tasks_environment_or_a_local
         variants = {v["variant"]: v for v in pipeline.store.items(dataset=dataset, kind="VARIANT")}
         assert {"original", "paged-64KiB", "zarr-2x5x6", "icechunk-2x5x6", "kerchunk-original",
                 "icechunk-virtual"} <= set(variants), variants
+        # repack copies a file whole or refuses it: it refuses this one, naming the upload and the reason
+        paged = variants.pop("paged-64KiB")
+        assert paged["status"] == "FAILURE", paged
+        assert paged["reason"].startswith(f"s3://{dispatch.INGEST_BUCKET}/incoming/hostile-grid.nc: "), paged["reason"]
+        assert "outside the file" in paged["reason"] and "layoutlab-convert" not in paged["reason"]
         assert all(v["status"] == "READY" for v in variants.values()), variants
         for name in ("kerchunk-original", "icechunk-virtual"):
             skipped = {s["variable"]: s["reason"] for s in variants[name]["virtual"]["skipped"]}

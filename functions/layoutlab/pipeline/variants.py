@@ -249,7 +249,8 @@ def _repack(task: dict, s3) -> dict:
     SKIPPED, nothing published); an explicit page size is the plan's."""
     from layoutlab.convert.page_budget import DEFAULT_BUDGET, choose_page_size, is_auto, parse_budget
     from layoutlab.convert.repack import repack
-    from layoutlab.errors import BadInputFile
+    from layoutlab.convert.repack_common import CopyDiffers
+    from layoutlab.errors import BadInputFile, UserError
     from layoutlab.guard import run_guarded
 
     spec = task["variant"]
@@ -272,8 +273,14 @@ def _repack(task: dict, s3) -> dict:
             page_size, paging = choice.page_size, choice.record()
         else:
             paging = {"page_size": int(page_size), "page_size_choice": "set by the plan", "size_budget": budget}
-        summary = run_guarded(repack, source, out, path=original, page_size=page_size, without_credentials=True,
-                              target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
+        try:
+            summary = run_guarded(repack, source, out, path=original, page_size=page_size, without_credentials=True,
+                                  target_chunk_bytes=spec.get("target_chunk_bytes"), verify=True)
+        except CopyDiffers:
+            raise  # (our copier's fault, never the input's: the state machine records it)
+        except UserError as error:  # repack refuses the file (data outside it, damage...): named by the upload
+            raise BadInputFile(original, str(error).replace(f"{source}: ", "").replace(str(source), original)) \
+                from None
         _publish(s3, out, target)
     result = summary.to_dict()
     # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
