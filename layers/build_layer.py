@@ -215,8 +215,9 @@ def build_layer(quiet: bool = False) -> dict:
         "--requirement", str(locked),
     ]
     subprocess.run(cmd, check=True)
-    # --target leaves console scripts that point at the build machine's python.
+    # --target leaves console scripts that point at the build machine's python, and uv's lock file.
     shutil.rmtree(SITE / "bin", ignore_errors=True)
+    (SITE / ".lock").unlink(missing_ok=True)
     stripped = strip(SITE)
     report = {
         "digest": requirements_digest(),
@@ -246,6 +247,7 @@ def build_function(quiet: bool = False) -> dict:
                         sys.executable, "--target", str(FUNCTION_DIR), *quiet_args, str(wheel)], check=True)
         wheel_name = wheel.name
     shutil.rmtree(FUNCTION_DIR / "bin", ignore_errors=True)  # the console script names the build machine's python
+    (FUNCTION_DIR / ".lock").unlink(missing_ok=True)  # (uv's lock of the --target directory: not the function's)
     native = sorted(str(p.relative_to(FUNCTION_DIR)) for p in FUNCTION_DIR.rglob("*.so"))
     report = {"digest": digest, "wheel": wheel_name, "python": PYTHON_VERSION, "native_modules": native,
               "unzipped_bytes": directory_size(FUNCTION_DIR)}
