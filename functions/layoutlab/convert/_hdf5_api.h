@@ -96,6 +96,8 @@ typedef union {
 
 typedef int (*chunk_iter_op)(const hsize_t *offset, unsigned filter_mask, haddr_t addr, hsize_t size, void *op_data);
 typedef herr_t (*link_iter_op)(hid_t group, const char *name, const H5L_info2_t *info, void *op_data);
+/* H5A_operator2_t; its H5A_info_t argument is not read */
+typedef herr_t (*attr_iter_op)(hid_t location, const char *name, const void *info, void *op_data);
 
 /* X(return type, name without "H5", parameters): one list gives both the function
  * table and the names load() looks up. */
@@ -115,6 +117,7 @@ typedef herr_t (*link_iter_op)(hid_t group, const char *name, const H5L_info2_t 
     X(herr_t, Dwrite, (hid_t dset, hid_t mem_type, hid_t mem_space, hid_t file_space, hid_t dxpl, const void *buf)) \
     X(herr_t, Dclose, (hid_t dset))                                                                              \
     X(int, Aget_num_attrs, (hid_t loc))                                                                          \
+    X(herr_t, Aiterate2, (hid_t loc, int idx_type, int order, hsize_t *idx, attr_iter_op op, void *op_data))    \
     X(htri_t, Aexists, (hid_t obj, const char *name))                                                            \
     X(hid_t, Aopen, (hid_t obj, const char *name, hid_t aapl))                                                   \
     X(hid_t, Aopen_by_idx,                                                                                       \

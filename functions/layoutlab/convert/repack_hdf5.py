@@ -19,6 +19,7 @@ is unchanged, a dataset made anew gets its chunks as stored bytes (``H5Dchunk_it
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import time
@@ -230,19 +231,15 @@ class _Repacker:
         # 1. Source object address -> path (the destination has the same paths); which objects are
         # linked more than once, which are named datatypes.
         self.copied[(self.src_fileno, h5py.h5o.get_info(root.id).addr)] = "/"
-        objects: list[tuple[str, int]] = []
         kinds: dict[str, int] = {}
         shared = [h5py.h5o.get_info(root.id).rc > 1]
 
-        def seen(name, info):
-            path = "/" + name.decode("utf-8", "surrogateescape")
+        for name, info, _, _ in walk_objects(self.src.id):
+            path = "/" + name
             if self.copied.setdefault((self.src_fileno, info.addr), path) == path:
                 kinds[path] = info.type
             if info.rc > 1 or info.type == h5py.h5o.TYPE_NAMED_DATATYPE:
                 shared[0] = True
-            objects.append((path, info.addr))
-
-        h5py.h5o.visit(self.src.id, seen, info=True)
         self._refuse_user_defined_links_in_the_root()
         # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
         # from the source alone.
@@ -278,7 +275,7 @@ class _Repacker:
                 if kind == h5py.h5o.TYPE_DATASET and path not in self.remade:
                     self.progress(self.src[path].id.get_storage_size())  # progress counts stored (source) bytes
         # 4. References (object and region), wherever they are, point at the copies of their targets.
-        self._collect_references(objects)
+        self._collect_references()
         self._rewrite_references()
         self.dst.flush()
 
@@ -562,14 +559,16 @@ class _Repacker:
                                 f"({name.decode(errors='replace') or 'unnamed'}), whose plugin is not installed "
                                 "here: it cannot be rechunked (a plain repack copies its chunks undecoded)")
 
-    def _collect_references(self, objects):
-        for path, address in [("/", None)] + objects:
-            if address is not None and self.copied[(self.src_fileno, address)] != path:
-                continue
-            oid = h5py.h5o.open(self.src.id, path.encode("utf-8", "surrogateescape"))
+    def _collect_references(self):
+        # Each object once, under the path the scan gave it (walk_objects' first path), opened relative to
+        # its parent: opening each by its full path costs the square of the nesting depth.
+        root = [("", None, self.src.id, b".")]
+        for name, _, parent, bname in itertools.chain(root, walk_objects(self.src.id)):
+            path = "/" + name
+            oid = h5py.h5o.open(parent, bname)
             # (attributes copied by _copy_attributes were looked at there; only H5Ocopy's are looked at here)
-            for position in range(0 if path in self.attributes_seen else _attribute_count(oid)):
-                attr = h5py.h5a.open(oid, index=position)
+            for attr_name in [] if path in self.attributes_seen else _attribute_names(oid):
+                attr = h5py.h5a.open(oid, attr_name)  # (by name: by index re-reads the whole dense attribute index)
                 if attr.get_type().detect_class(h5py.h5t.REFERENCE):
                     _refuse_new_style_references(self.src_path, path, attr.get_type(), attr.get_name().decode(
                         "utf-8", "surrogateescape"))
@@ -907,6 +906,50 @@ def _attribute_count(oid) -> int:
     return h5py.h5o.get_info(oid).num_attrs
 
 
+def _attribute_names(oid) -> list[bytes]:
+    """The names of an object's attributes in one pass (H5Aiterate2): opening them by index makes HDF5
+    rebuild its table of a dense attribute index each time, which costs the square of their number."""
+    names: list[bytes] = []
+    if _attribute_count(oid):
+        h5py.h5a.iterate(oid, lambda name: names.append(name) or None)
+    return names
+
+
+def walk_objects(root_gid):
+    """(path, object info, parent group id, link name) of every object below ``root_gid`` reached by hard
+    links, each object once under the first path found, depth first with members by name: what H5Ovisit
+    gives (soft, external and user-defined links are not followed), but linear in the number of objects.
+    H5Ovisit (and H5Lvisit, and opening objects by their full paths) costs the square of the nesting
+    depth: the scan and --verify took minutes on groups nested 2,000 deep. Each member is looked at
+    relative to its already-open parent group, with no recursion (the depth is the uploader's)."""
+    seen = {h5py.h5o.get_info(root_gid).addr}
+    stack = [(root_gid, "", iter(_link_names(root_gid)))]
+    while stack:
+        gid, prefix, names = stack[-1]
+        bname = next(names, None)
+        if bname is None:
+            stack.pop()
+            continue
+        if gid.links.get_info(bname).type != h5py.h5l.TYPE_HARD:
+            continue
+        info = h5py.h5o.get_info(gid, bname)
+        if info.addr in seen:
+            continue
+        seen.add(info.addr)
+        path = prefix + bname.decode("utf-8", "surrogateescape")
+        yield path, info, gid, bname
+        if info.type == h5py.h5o.TYPE_GROUP:
+            sub = h5py.h5g.open(gid, bname)
+            stack.append((sub, path + "/", iter(_link_names(sub))))
+
+
+def _link_names(gid) -> list[bytes]:
+    """The link names of a group by name, in increasing order (H5Ovisit's order)."""
+    names: list[bytes] = []
+    gid.links.iterate(lambda name: names.append(name) or None, idx_type=h5py.h5.INDEX_NAME, order=h5py.h5.ITER_INC)
+    return names
+
+
 def _join(parent: str, name: str) -> str:
     return f"{parent.rstrip('/')}/{name}"
 
@@ -1036,46 +1079,58 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
     _PATHS.clear()  # reference-target indexes are per open file
     with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
         _compare_attrs(a["/"], b["/"], problems)
-        seen: list[str] = []
-        a.visit_links(seen.append) if hasattr(a, "visit_links") else a.visit(seen.append)
-        for name in seen:
-            if not b.id.links.exists(name.encode("utf-8", "surrogateescape")):
-                problems.append(f"/{name}: missing from the copy")
-                continue
-            bname = name.encode("utf-8", "surrogateescape")
-            info_a, info_b = a.id.links.get_info(bname), b.id.links.get_info(bname)
-            if info_a.type != info_b.type:
-                problems.append(f"/{name}: link kind {info_a.type} became {info_b.type}")
-                continue
-            if info_a.type != h5py.h5l.TYPE_HARD:  # soft, external, user-defined: the link itself, not a target
-                if info_a.type in (h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL) and \
-                        a.id.links.get_val(bname) != b.id.links.get_val(bname):
-                    problems.append(f"/{name}: link value changed")
-                continue
-            obj_a, obj_b = a[name], b[name]
-            if type(obj_a) is not type(obj_b):
-                problems.append(f"/{name}: {type(obj_a).__name__} became {type(obj_b).__name__}")
-                continue
-            if isinstance(obj_a, h5py.Datatype):
-                if obj_a.dtype != obj_b.dtype:
-                    problems.append(f"/{name}: named type {obj_a.dtype} became {obj_b.dtype}")
-                continue
-            _compare_attrs(obj_a, obj_b, problems)
-            if isinstance(obj_a, h5py.Dataset):
-                try:
-                    _compare_dataset(obj_a, obj_b, problems, block_bytes)
-                except OSError:
-                    missing = _missing_filters(obj_a)
-                    if not missing:
-                        raise
-                    raise UserError(f"{a_path}: --verify cannot decode /{name}: its filter {', '.join(missing)} is not "
-                                    "installed here (a missing plugin: set HDF5_PLUGIN_PATH or pip install hdf5plugin, "
-                                    "or skip the check with --no-verify); the copy was not checked") from None
-        extra = []
-        b.visit(extra.append)
-        missing_in_a = set(extra) - set(seen)
-        for name in sorted(missing_in_a):
-            problems.append(f"/{name}: present in the copy only")
+        # Both files walked together, group by group, each member opened relative to its already-open
+        # parent, without recursion: linear in the number of links whatever the nesting depth (H5Lvisit
+        # and opening every object by its full path cost the square of the depth: 12 s at depth 500).
+        # Every link of the input is checked (a group linked twice is entered once, as H5Lvisit does).
+        entered = {h5py.h5o.get_info(a.id).addr}
+        pending = [(a["/"], b["/"], "")]
+        while pending:
+            group_a, group_b, prefix = pending.pop()
+            names_a, names_b = _link_names(group_a.id), _link_names(group_b.id)
+            for bname in sorted(set(names_b) - set(names_a)):
+                problems.append(f"/{prefix}{bname.decode('utf-8', 'surrogateescape')}: present in the copy only")
+            present = set(names_b)
+            subgroups = []
+            for bname in names_a:
+                name = prefix + bname.decode("utf-8", "surrogateescape")
+                if bname not in present:
+                    problems.append(f"/{name}: missing from the copy")
+                    continue
+                info_a, info_b = group_a.id.links.get_info(bname), group_b.id.links.get_info(bname)
+                if info_a.type != info_b.type:
+                    problems.append(f"/{name}: link kind {info_a.type} became {info_b.type}")
+                    continue
+                if info_a.type != h5py.h5l.TYPE_HARD:  # soft, external, user-defined: the link itself, not a target
+                    if info_a.type in (h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL) and \
+                            group_a.id.links.get_val(bname) != group_b.id.links.get_val(bname):
+                        problems.append(f"/{name}: link value changed")
+                    continue
+                obj_a, obj_b = group_a[bname], group_b[bname]
+                if type(obj_a) is not type(obj_b):
+                    problems.append(f"/{name}: {type(obj_a).__name__} became {type(obj_b).__name__}")
+                    continue
+                if isinstance(obj_a, h5py.Datatype):
+                    if obj_a.dtype != obj_b.dtype:
+                        problems.append(f"/{name}: named type {obj_a.dtype} became {obj_b.dtype}")
+                    continue
+                _compare_attrs(obj_a, obj_b, problems)
+                if isinstance(obj_a, h5py.Dataset):
+                    try:
+                        _compare_dataset(obj_a, obj_b, problems, block_bytes)
+                    except OSError:
+                        missing = _missing_filters(obj_a)
+                        if not missing:
+                            raise
+                        raise UserError(f"{a_path}: --verify cannot decode /{name}: its filter {', '.join(missing)} is "
+                                        "not installed here (a missing plugin: set HDF5_PLUGIN_PATH or pip install "
+                                        "hdf5plugin, or skip the check with --no-verify); the copy was not checked") from None
+                elif isinstance(obj_a, h5py.Group):
+                    address = h5py.h5o.get_info(obj_a.id).addr
+                    if address not in entered:
+                        entered.add(address)
+                        subgroups.append((obj_a, obj_b, name + "/"))
+            pending.extend(reversed(subgroups))  # (depth first, by name, as H5Lvisit)
     _PATHS.clear()
     return problems
 
@@ -1215,8 +1270,8 @@ def _address_index(f: h5py.File) -> dict:
     key = f.id.id
     if key not in _PATHS:
         index = {h5py.h5o.get_info(f.id).addr: "/"}
-        h5py.h5o.visit(f.id, lambda name, info: index.setdefault(info.addr, "/" + name.decode(errors="replace"))
-                       and None, info=True)
+        for name, info, _, _ in walk_objects(f.id):  # (H5Ovisit: the square of the depth)
+            index.setdefault(info.addr, "/" + name)
         _PATHS[key] = index
     return _PATHS[key]
 
@@ -1330,7 +1385,8 @@ def _path_of(f: h5py.File, ref) -> str:
     key = f.id.id
     if key not in _PATHS:
         index = {h5py.h5o.get_info(f.id).addr: "/"}
-        f.visititems(lambda name, obj: index.setdefault(h5py.h5o.get_info(obj.id).addr, "/" + name) and None)
+        for name, info, _, _ in walk_objects(f.id):  # (H5Ovisit: the square of the depth)
+            index.setdefault(info.addr, "/" + name)
         _PATHS[key] = index
     return _PATHS[key].get(h5py.h5o.get_info(f[ref].id).addr, "?")
 
