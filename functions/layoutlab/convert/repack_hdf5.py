@@ -305,29 +305,38 @@ class _Repacker:
         root = self.src["/"]
         self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist(), "/")
 
-        def walk(src_path, src_gid, dst_gid):
-            for name, kind, _ in _members(src_gid):
-                bname = name.encode("utf-8", "surrogateescape")
-                child = _join(src_path, name)
-                lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
-                lcpl.set_char_encoding(src_gid.links.get_info(bname).cset)
-                if kind == h5py.h5l.TYPE_SOFT:
-                    dst_gid.links.create_soft(bname, src_gid.links.get_val(bname), lcpl=lcpl)
-                elif kind == h5py.h5l.TYPE_EXTERNAL:
-                    file_name, object_name = src_gid.links.get_val(bname)
-                    dst_gid.links.create_external(bname, file_name, object_name, lcpl=lcpl)
-                elif child in plans:
-                    self._make(child, plans[child], parent_id=dst_gid, lcpl=lcpl)
-                elif child in ancestors:
-                    sub = h5py.h5g.open(src_gid, bname)
-                    gcpl = sub.get_create_plist()
-                    new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=_group_create_plist(gcpl))
-                    self._copy_attributes(sub, new, gcpl, child)
-                    walk(child, sub, new)
-                else:
-                    h5py.h5o.copy(src_gid, bname, dst_gid, bname, copypl=copypl, lcpl=lcpl)
-
-        walk("/", h5py.h5g.open(self.src.id, b"/"), h5py.h5g.open(self.dst.id, b"/"))
+        # Depth first with a stack of member iterators, not recursion: the depth is the uploader's
+        # (groups nested 1,500 deep over a dataset to make anew raised RecursionError).
+        stack = [("/", h5py.h5g.open(self.src.id, b"/"), h5py.h5g.open(self.dst.id, b"/"), None)]
+        while stack:
+            src_path, src_gid, dst_gid, members = stack[-1]
+            if members is None:
+                members = iter(_members(src_gid))
+                stack[-1] = (src_path, src_gid, dst_gid, members)
+            member = next(members, None)
+            if member is None:
+                stack.pop()
+                continue
+            name, kind, _ = member
+            bname = name.encode("utf-8", "surrogateescape")
+            child = _join(src_path, name)
+            lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+            lcpl.set_char_encoding(src_gid.links.get_info(bname).cset)
+            if kind == h5py.h5l.TYPE_SOFT:
+                dst_gid.links.create_soft(bname, src_gid.links.get_val(bname), lcpl=lcpl)
+            elif kind == h5py.h5l.TYPE_EXTERNAL:
+                file_name, object_name = src_gid.links.get_val(bname)
+                dst_gid.links.create_external(bname, file_name, object_name, lcpl=lcpl)
+            elif child in plans:
+                self._make(child, plans[child], parent_id=dst_gid, lcpl=lcpl)
+            elif child in ancestors:
+                sub = h5py.h5g.open(src_gid, bname)
+                gcpl = sub.get_create_plist()
+                new = h5py.h5g.create(dst_gid, bname, lcpl=lcpl, gcpl=_group_create_plist(gcpl))
+                self._copy_attributes(sub, new, gcpl, child)
+                stack.append((child, sub, new, None))
+            else:
+                h5py.h5o.copy(src_gid, bname, dst_gid, bname, copypl=copypl, lcpl=lcpl)
 
     def _copy_userblock(self):
         size = self.src.id.get_create_plist().get_userblock()
