@@ -18,7 +18,6 @@ import h5py
 import numpy as np
 import pytest
 
-from layoutlab.convert.repack_hdf5 import walk_objects
 from repack_helpers import run_layoutlab
 
 ENGINES = ["native", "python"]
@@ -63,6 +62,8 @@ def test_groups_nested_2000_deep_are_repacked_and_verified(engine, tmp_path):
     summary = _repack(source, tmp_path / "out.h5", engine, timeout=90)  # (>120 s before; ~5-8 s after, loaded)
     assert summary["engine"] == engine, summary["notes"]
     with h5py.File(tmp_path / "out.h5") as f:  # (h5diff itself takes minutes at this depth)
+        from layoutlab.convert.repack_hdf5 import walk_objects
+
         assert [name for name, _, _, _ in walk_objects(f.id)] == ["/".join(["g"] * n) for n in range(1, 2001)] + \
             ["/".join(["g"] * 2000 + ["x"])]
         assert np.array_equal(f["g" + "/g" * 1999 + "/x"][...], np.arange(3, dtype="f4"))
@@ -91,6 +92,8 @@ def test_5000_attributes_in_dense_storage_copy_in_seconds_and_are_not_called_dam
 def test_walk_objects_gives_what_h5ovisit_gives(tmp_path):
     """walk_objects replaces H5Ovisit in the scan and the reference indexes: same objects, same first
     paths, same order (hard links only; an object linked twice once)."""
+    from layoutlab.convert.repack_hdf5 import walk_objects
+
     path = tmp_path / "mixed.h5"
     with h5py.File(path, "w") as f:
         f.create_group("b/c/d")
