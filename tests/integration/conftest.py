@@ -18,3 +18,15 @@ def layer_dir() -> Path:
     builder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(builder)
     return builder.ensure_built(quiet=True)
+
+
+@pytest.fixture(scope="module")
+def cloud_env(local_cloud):
+    """The local cloud's environment for the whole module (``cloud`` would empty moto after every test)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in local_cloud.env().items():
+            patch.setenv(key, value)
+        try:
+            yield local_cloud
+        finally:
+            local_cloud.reset()

@@ -126,18 +126,6 @@ def test_the_matrix_covers_every_reader():
 
 
 @pytest.fixture(scope="module")
-def cloud_env(local_cloud):
-    """The local cloud's environment for the whole module (``cloud`` would empty moto after every test)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in local_cloud.env().items():
-            patch.setenv(key, value)
-        try:
-            yield local_cloud
-        finally:
-            local_cloud.reset()
-
-
-@pytest.fixture(scope="module")
 def uploaded(cloud_env, files):
     return {name: upload_target(path, cloud_env, prefix="accounting") for name, path in files.items()}
 

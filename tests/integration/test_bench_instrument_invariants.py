@@ -95,17 +95,6 @@ def _zarr(source: Path, out: Path, shards: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cloud_env(local_cloud):
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in local_cloud.env().items():
-            patch.setenv(key, value)
-        try:
-            yield local_cloud
-        finally:
-            local_cloud.reset()
-
-
-@pytest.fixture(scope="module")
 def variants(cloud_env, tmp_path_factory):
     """{(sample, kind): {"url", "local", "refs"?}}: every variant kind of both samples, in the local S3."""
     import boto3
