@@ -117,8 +117,15 @@ layer: artifacts
 demo: sysdeps venv artifacts
 	$(VENV)/bin/layoutlab demo
 
+# The suite on every core (pytest-xdist, one worker per test file so module fixtures are made once),
+# then the tests that assert on measured time alone, so no other test's work lengthens their runs.
+# Both parts always run; the target fails if either does.
+TEST_WORKERS ?= auto
 test: sysdeps venv artifacts
-	$(PY) -m pytest -q tests
+	@status=0; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" tests || status=1; \
+	$(PY) -m pytest -q -m timing tests || status=1; \
+	exit $$status
 
 test-unit: venv
 	$(PY) -m pytest -q tests/unit

@@ -49,7 +49,7 @@ from layoutlab.results.record import validate_record
 from layoutlab.samples.atl03 import write_atl03
 from layoutlab.samples.geos import write_geos
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "map-time-mean")
 GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
@@ -57,6 +57,8 @@ LOW_MS, HIGH_MS = 25, 250
 # The 25 ms run may be slowed by other work on a shared machine (it only makes the difference smaller):
 # the difference must reach this share of the sequential round trips' added latency.
 TIME_SLACK = 0.8
+# 25 ms then 250 ms, then the pair again up to twice while the difference falls short
+TIME_ATTEMPTS = (LOW_MS, HIGH_MS) * 3
 HDF5_READERS = ("h5py-s3fs-default", "h5py-s3fs-aligned", "xarray-h5netcdf", "h5coro", "h5py-ros3")
 
 
@@ -390,10 +392,11 @@ def test_every_byte_crosses_the_link(variants, needed_cache, reader, sample, kin
         needed_cache[key] = needed_bytes(variants, sample, kind, pattern)
     needed = needed_cache[key]
     records: dict = {}
-    # the 25 ms run once more (up to twice) when the difference falls short: other work on a shared machine
-    # only ever lengthens a run, so the shortest of the 25 ms runs is the one to compare
-    for latency in (LOW_MS, HIGH_MS, LOW_MS, LOW_MS):
-        if latency == LOW_MS and HIGH_MS in records and _time_holds(records):
+    # Other work on a shared machine (CI) only ever lengthens a run, so the fastest run at each latency is the
+    # one to compare; when the difference falls short, both are run again (CI once saw three 25 ms runs all
+    # slower than the machine's quiet time by more than the added latency).
+    for attempt, latency in enumerate(TIME_ATTEMPTS):
+        if attempt >= 2 and _time_holds(records):
             break
         record = run_case({"target": variants[(sample, kind)]["url"], "pattern": pattern, "reader": reader,
                            "variant": kind, "latency_ms": latency, "bandwidth_mbps": 0})

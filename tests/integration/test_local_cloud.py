@@ -33,6 +33,7 @@ def test_services_answer_on_loopback(cloud):
     boto3.client("cloudwatch", region_name="us-east-1").list_metrics()
 
 
+@pytest.mark.timing
 def test_proxy_counts_per_client_and_adds_latency(cloud, bucket):
     slow = cloud.new_client(latency_ms=40, bandwidth_mbps=0, name="slow")
     fast = cloud.new_client(latency_ms=0, bandwidth_mbps=0, name="fast")
@@ -58,6 +59,7 @@ def test_proxy_counts_per_client_and_adds_latency(cloud, bucket):
         cloud.client_stats(slow["id"])
 
 
+@pytest.mark.timing
 def test_bandwidth_cap(cloud, bucket):
     client = cloud.new_client(latency_ms=0, bandwidth_mbps=40)  # 5 MB/s
     s3 = _s3(client["endpoint"])
