@@ -172,3 +172,161 @@ def iter_objects(root):
                 pending.append((obj, path))
         for path, obj in children:
             yield path, obj
+
+
+# --- the size of a variable-length value, known without reading it -------------------------------
+#
+# A variable-length value (string or sequence) is stored as a descriptor (its length and where it lies
+# in the file's global heap) and HDF5 reads it whole, with several copies of it in memory (HDF5 2.0
+# loads its heap collection, an image of it and a table of 1.5 times its size, then converts it: 5.5
+# times a 100 MiB string). ``H5Aget_storage_size`` counts only the descriptors. The lengths are in the
+# descriptors: a conversion function registered with HDF5 (``H5Tregister``, public API) from any
+# variable-length type to an opaque type of ours receives the attribute's values in their file form,
+# descriptors only, and writes each value's length in bytes: the heap is never read.
+
+_VLEN_BYTES_TAG = b"layoutlab:variable-length-bytes"
+_H5T_STRING, _H5T_OPAQUE, _H5T_VLEN = 3, 5, 9
+_H5T_PERS_SOFT = 1
+
+
+class _ConversionData(ctypes.Structure):  # H5T_cdata_t's leading fields (H5T_cmd_t command; H5T_bkg_t need_bkg)
+    _fields_ = [("command", ctypes.c_int), ("need_bkg", ctypes.c_int)]
+
+
+# H5T_conv_t: herr_t (*)(hid_t src_id, hid_t dst_id, H5T_cdata_t *cdata, size_t nelmts, size_t buf_stride,
+#     size_t bkg_stride, void *buf, void *bkg, hid_t dxpl_id)
+_CONVERSION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(_ConversionData),
+                               ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_int64)
+_vlen_bytes = None  # (library, marker type) once registered
+
+
+def _is_marker(library, type_id) -> bool:
+    if library.H5Tget_class(type_id) != _H5T_OPAQUE:
+        return False
+    tag = library.H5Tget_tag(type_id)
+    if not tag:
+        return False
+    try:
+        return ctypes.string_at(tag) == _VLEN_BYTES_TAG
+    finally:
+        library.H5free_memory(tag)
+
+
+def _base_item_bytes(library, type_id) -> int | None:
+    """Bytes per item of a variable-length value of ``type_id`` (1 for a string), None when its items are
+    themselves variable-length (their data is elsewhere in the heap: not counted here)."""
+    if library.H5Tget_class(type_id) == _H5T_STRING:
+        return 1
+    base = library.H5Tget_super(type_id)
+    if base < 0:
+        return None
+    try:
+        if library.H5Tdetect_class(base, _H5T_VLEN) > 0 or (
+                library.H5Tget_class(base) == _H5T_STRING and library.H5Tis_variable_str(base) > 0):
+            return None
+        return int(library.H5Tget_size(base))
+    finally:
+        library.H5Tclose(base)
+
+
+@_CONVERSION
+def _lengths_in_bytes(src, dst, cdata, count, buf_stride, bkg_stride, buf, bkg, dxpl):
+    """File-form descriptors (a 4-byte little-endian length, then the heap address) -> the value's bytes as
+    a little-endian uint64, in place; declines (negative) every pair of types but a variable-length one to
+    our marker, so HDF5 never picks it for anything else."""
+    library = _vlen_bytes[0]
+    command = cdata.contents.command
+    if command == 0:  # H5T_CONV_INIT: whether this function converts src -> dst
+        kind = library.H5Tget_class(src)
+        variable = kind == _H5T_VLEN or (kind == _H5T_STRING and library.H5Tis_variable_str(src) > 0)
+        if not (variable and _is_marker(library, dst) and _base_item_bytes(library, src) is not None):
+            return -1
+        cdata.contents.need_bkg = 0
+        return 0
+    if command != 1:  # H5T_CONV_FREE
+        return 0
+    import numpy as np
+
+    size = int(library.H5Tget_size(src))
+    stride = buf_stride or size
+    unit = _base_item_bytes(library, src)
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (stride * (count - 1) + size)).from_address(buf))
+    lengths = np.lib.stride_tricks.as_strided(raw, shape=(count, 4), strides=(stride, 1)).copy().view("<u4").ravel()
+    out_stride = buf_stride or 8
+    for index, length in enumerate(lengths.tolist()):  # (front to back: the output is never wider than the input)
+        ctypes.c_uint64.from_address(buf + index * out_stride).value = length * unit
+    return 0
+
+
+def _vlen_bytes_converter():
+    """(library, marker type id), the conversion registered once per process (unregistered at exit, before
+    HDF5's own exit handler would call a function Python has already freed)."""
+    global _vlen_bytes
+    if _vlen_bytes is None:
+        import atexit
+
+        import h5py
+
+        library = _hdf5_library()
+        i64, c = ctypes.c_int64, ctypes.c_int
+        for name, restype, argtypes in (
+                ("H5Tget_class", c, [i64]), ("H5Tget_tag", ctypes.c_void_p, [i64]), ("H5free_memory", c, [ctypes.c_void_p]),
+                ("H5Tget_super", i64, [i64]), ("H5Tclose", c, [i64]), ("H5Tget_size", ctypes.c_size_t, [i64]),
+                ("H5Tis_variable_str", c, [i64]), ("H5Tdetect_class", c, [i64, c]),
+                ("H5Aread", c, [i64, i64, ctypes.c_void_p]),
+                ("H5Tregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION]),
+                ("H5Tunregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION])):
+            function = getattr(library, name)
+            function.restype, function.argtypes = restype, argtypes
+        marker = h5py.h5t.create(h5py.h5t.OPAQUE, 8)
+        marker.set_tag(_VLEN_BYTES_TAG)
+        _vlen_bytes = (library, marker)
+        string = h5py.h5t.C_S1.copy()
+        string.set_size(h5py.h5t.VARIABLE)
+        sequence = h5py.h5t.vlen_create(h5py.h5t.NATIVE_UINT8)
+        # (soft conversions are matched by class: H5T_VLEN for both, a variable-length string included)
+        for source in (string, sequence):
+            if library.H5Tregister(_H5T_PERS_SOFT, b"layoutlab variable-length bytes", source.id, marker.id,
+                                   _lengths_in_bytes) < 0:
+                raise RuntimeError("HDF5 refused to register a conversion (H5Tregister)")
+        atexit.register(library.H5Tunregister, _H5T_PERS_SOFT, None, -1, -1, _lengths_in_bytes)
+    return _vlen_bytes
+
+
+def attribute_value_bytes(attr) -> int | None:
+    """Bytes the value of the attribute ``attr`` (an h5py AttrID) holds once read: its stored size for a
+    fixed-size type; for a variable-length string or sequence (at the top level), the lengths of its values
+    from their descriptors, the values themselves never read. None when that cannot be known without
+    reading (variable-length parts inside compounds, arrays or other sequences)."""
+    import h5py
+    import numpy as np
+
+    tid = attr.get_type()
+    space = attr.get_space()
+    if space.get_simple_extent_type() == h5py.h5s.NULL:
+        return 0
+    if not (tid.detect_class(h5py.h5t.VLEN) or tid.detect_class(h5py.h5t.STRING) and _has_variable_string(tid)):
+        return int(attr.get_storage_size())
+    variable_top = isinstance(tid, h5py.h5t.TypeVlenID) or (isinstance(tid, h5py.h5t.TypeStringID)
+                                                            and tid.is_variable_str())
+    if not variable_top:
+        return None
+    library, marker = _vlen_bytes_converter()
+    lengths = np.zeros(max(1, space.get_simple_extent_npoints()), dtype="<u8")
+    with h5py._objects.phil:
+        if library.H5Aread(attr.id, marker.id, lengths.ctypes.data) < 0:
+            return None  # (a type HDF5 found no way to convert: unknown)
+    return int(lengths.sum())
+
+
+def _has_variable_string(tid) -> bool:
+    import h5py
+
+    if isinstance(tid, h5py.h5t.TypeStringID):
+        return tid.is_variable_str()
+    if isinstance(tid, h5py.h5t.TypeCompoundID):
+        return any(_has_variable_string(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
+    if isinstance(tid, (h5py.h5t.TypeArrayID, h5py.h5t.TypeVlenID)):
+        return _has_variable_string(tid.get_super())
+    return False

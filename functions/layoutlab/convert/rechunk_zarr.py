@@ -405,15 +405,17 @@ def _too_large(size: int) -> str:
 
 
 def _attribute_bytes(obj, key: str) -> int:
-    """Stored bytes of a fixed-size attribute's value (0 where unknown before reading: variable-length)."""
+    """Bytes the attribute's value holds, known before reading it: stored bytes of a fixed-size value, the
+    lengths of a variable-length one from its descriptors (``attribute_value_bytes``: a 100 MiB string
+    was read whole, 659 MB of memory, only to be left out). 0 where unknown before reading (variable-length
+    parts inside a compound): its size is then checked once read."""
     import h5py
 
+    from layoutlab.hdf5_input import attribute_value_bytes
+
     try:
-        attr = h5py.h5a.open(obj.id, key.encode("utf-8", "surrogateescape"))
-        if attr.get_type().is_variable_str() or isinstance(attr.get_type(), h5py.h5t.TypeVlenID):
-            return 0
-        return int(attr.get_storage_size())
-    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError):  # (an empty attribute: 0)
+        return attribute_value_bytes(h5py.h5a.open(obj.id, key.encode("utf-8", "surrogateescape"))) or 0
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, RuntimeError):  # (unreadable: said when read)
         return 0
 
 
@@ -438,13 +440,13 @@ def _read_attrs(obj, owner: str, skipped: list) -> dict:
         if key in _HIDDEN_ATTRS:
             continue
         stored = _attribute_bytes(obj, key)
-        if stored > MAX_ATTRIBUTE_BYTES:  # (known before reading it for fixed-size values)
+        if stored > MAX_ATTRIBUTE_BYTES:  # (known before reading it)
             skipped.append({"variable": owner, "attribute": key, "reason": _too_large(stored)})
             continue
         try:
             value = view.attrs[key]
             held = _value_bytes(value)
-            if held > MAX_ATTRIBUTE_BYTES:  # a variable-length value: known once read
+            if held > MAX_ATTRIBUTE_BYTES:  # (variable-length parts inside a compound: known once read)
                 skipped.append({"variable": owner, "attribute": key, "reason": _too_large(held)})
                 continue
             out.update(_read_attributes(type("One", (), {"name": view.name, "attrs": {key: value}})()))
