@@ -43,11 +43,35 @@ def _refuse_traversal(parent_file, parent_group, child_file, child_object, acc_f
 _guarded_lapl = None
 
 
-def _hdf5_library():
-    """The HDF5 library h5py loaded (symbols are looked up through one of h5py's extension modules)."""
-    import h5py.h5p
+_library = None
 
-    return ctypes.CDLL(h5py.h5p.__file__)
+
+def _hdf5_library():
+    """The HDF5 library h5py loaded (symbols are looked up through one of h5py's extension modules), with
+    the signatures of the few calls made through it declared (callers hold ``h5py._objects.phil``)."""
+    global _library
+    if _library is None:
+        import h5py.h5p
+
+        library = ctypes.CDLL(h5py.h5p.__file__)
+        i64, c, pointer = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+        for name, restype, argtypes in (
+                ("H5Tget_class", c, [i64]),
+                ("H5Tget_super", i64, [i64]), ("H5Tclose", c, [i64]), ("H5Tget_size", ctypes.c_size_t, [i64]),
+                ("H5Tis_variable_str", c, [i64]), ("H5Tdetect_class", c, [i64, c]), ("H5Tequal", c, [i64, i64]),
+                ("H5Aread", c, [i64, i64, pointer]), ("H5Awrite", c, [i64, i64, pointer]),
+                ("H5Treclaim", c, [i64, i64, i64, pointer]), ("H5garbage_collect", c, []),
+                ("H5Tregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION]),
+                ("H5Tunregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION])):
+            function = getattr(library, name)
+            function.restype, function.argtypes = restype, argtypes
+        _library = library
+    return _library
+
+
+def hdf5_library():
+    """The HDF5 library h5py uses, for the calls h5py does not offer in the form needed (see ``_hdf5_library``)."""
+    return _hdf5_library()
 
 
 def deny_external_links() -> None:
@@ -181,11 +205,15 @@ def iter_objects(root):
 # loads its heap collection, an image of it and a table of 1.5 times its size, then converts it: 5.5
 # times a 100 MiB string). ``H5Aget_storage_size`` counts only the descriptors. The lengths are in the
 # descriptors: a conversion function registered with HDF5 (``H5Tregister``, public API) from any
-# variable-length type to an opaque type of ours receives the attribute's values in their file form,
+# variable-length type to a marker type of ours receives the attribute's values in their file form,
 # descriptors only, and writes each value's length in bytes: the heap is never read.
+#
+# The marker is a 64-bit unsigned integer of precision 61 at offset 3, a type no one converts a
+# variable-length value to: HDF5 2.0 refuses to register a soft conversion when an existing path of the same classes
+# declines it (h5py's own variable-length -> opaque paths made an opaque marker fail once h5py had read a
+# sequence).
 
-_VLEN_BYTES_TAG = b"layoutlab:variable-length-bytes"
-_H5T_STRING, _H5T_OPAQUE, _H5T_VLEN = 3, 5, 9
+_H5T_STRING, _H5T_VLEN = 3, 9
 _H5T_PERS_SOFT = 1
 
 
@@ -199,18 +227,6 @@ _CONVERSION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, cty
                                ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_int64)
 _vlen_bytes = None  # (library, marker type) once registered
-
-
-def _is_marker(library, type_id) -> bool:
-    if library.H5Tget_class(type_id) != _H5T_OPAQUE:
-        return False
-    tag = library.H5Tget_tag(type_id)
-    if not tag:
-        return False
-    try:
-        return ctypes.string_at(tag) == _VLEN_BYTES_TAG
-    finally:
-        library.H5free_memory(tag)
 
 
 def _base_item_bytes(library, type_id) -> int | None:
@@ -233,14 +249,14 @@ def _base_item_bytes(library, type_id) -> int | None:
 @_CONVERSION
 def _lengths_in_bytes(src, dst, cdata, count, buf_stride, bkg_stride, buf, bkg, dxpl):
     """File-form descriptors (a 4-byte little-endian length, then the heap address) -> the value's bytes as
-    a little-endian uint64, in place; declines (negative) every pair of types but a variable-length one to
-    our marker, so HDF5 never picks it for anything else."""
+    a little-endian uint64 (the marker's bytes), in place; declines (negative) every pair of types but a variable-length one to
+    the marker, so HDF5 never picks it for anything else."""
     library = _vlen_bytes[0]
     command = cdata.contents.command
     if command == 0:  # H5T_CONV_INIT: whether this function converts src -> dst
         kind = library.H5Tget_class(src)
         variable = kind == _H5T_VLEN or (kind == _H5T_STRING and library.H5Tis_variable_str(src) > 0)
-        if not (variable and _is_marker(library, dst) and _base_item_bytes(library, src) is not None):
+        if not (variable and library.H5Tequal(dst, _vlen_bytes[1].id) > 0 and _base_item_bytes(library, src) is not None):
             return -1
         cdata.contents.need_bkg = 0
         return 0
@@ -269,18 +285,9 @@ def _vlen_bytes_converter():
         import h5py
 
         library = _hdf5_library()
-        i64, c = ctypes.c_int64, ctypes.c_int
-        for name, restype, argtypes in (
-                ("H5Tget_class", c, [i64]), ("H5Tget_tag", ctypes.c_void_p, [i64]), ("H5free_memory", c, [ctypes.c_void_p]),
-                ("H5Tget_super", i64, [i64]), ("H5Tclose", c, [i64]), ("H5Tget_size", ctypes.c_size_t, [i64]),
-                ("H5Tis_variable_str", c, [i64]), ("H5Tdetect_class", c, [i64, c]),
-                ("H5Aread", c, [i64, i64, ctypes.c_void_p]),
-                ("H5Tregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION]),
-                ("H5Tunregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION])):
-            function = getattr(library, name)
-            function.restype, function.argtypes = restype, argtypes
-        marker = h5py.h5t.create(h5py.h5t.OPAQUE, 8)
-        marker.set_tag(_VLEN_BYTES_TAG)
+        marker = h5py.h5t.STD_U64LE.copy()
+        marker.set_precision(61)
+        marker.set_offset(3)
         _vlen_bytes = (library, marker)
         string = h5py.h5t.C_S1.copy()
         string.set_size(h5py.h5t.VARIABLE)

@@ -48,3 +48,24 @@ def test_a_large_string_is_sized_without_being_read(tmp_path):
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     # (peak of this process: read, the value would take at least its size, and HDF5 2.0 ~5.5 times it)
     assert grown < size // 4, f"peak grew by {grown / 2**20:.0f} MiB sizing a {size >> 20} MiB string"
+
+
+def test_sizing_works_after_h5py_has_read_variable_length_values(tmp_path):
+    """In a fresh process h5py reads sequences and strings first (its own variable-length -> opaque
+    conversion paths then exist; HDF5 2.0 refused an opaque marker's registration after that)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "seq.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs.create("sequences", [np.arange(3, dtype="f4"), np.arange(1, dtype="f4")], dtype=h5py.vlen_dtype("f4"))
+        f.attrs["names"] = ["x", "yy"]
+    script = (
+        "import sys, h5py\n"
+        "from layoutlab.hdf5_input import attribute_value_bytes\n"
+        "f = h5py.File(sys.argv[1])\n"
+        "f.attrs['sequences'], f.attrs['names']\n"
+        "print([attribute_value_bytes(h5py.h5a.open(f.id, n)) for n in (b'sequences', b'names')])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[16, 3]"

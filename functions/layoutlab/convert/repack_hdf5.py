@@ -52,7 +52,7 @@ from layoutlab.convert.preallocate import expected_output_bytes, preallocate, re
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.formats.paged_layout import ancestor_groups  # (one rule: the page model counts the groups walked)
 from layoutlab.formats.sniff import is_netcdf4
-from layoutlab.hdf5_input import open_input
+from layoutlab.hdf5_input import attribute_value_bytes, hdf5_library, open_input
 
 def check_input(path: str | os.PathLike) -> None:
     """Raise ``BadInputFile`` (naming the file and the reason) unless ``path`` is an HDF5 file h5py can open."""
@@ -263,7 +263,9 @@ class _Repacker:
         # Otherwise (or when nothing changes) one H5Ocopy of the whole tree, then those datasets made
         # anew over their copies (their data copied twice).
         ancestors = ancestor_groups(plans)
-        if plans and not shared[0] and self._walkable(ancestors):
+        # (Also when nothing changes: the whole-tree copy puts the root's attributes on a temporary group and
+        # then copies them again onto "/", so a 100 MiB root attribute was written twice.)
+        if not shared[0] and self._walkable(ancestors):
             self._copy_walking(plans, ancestors)
         else:
             self._copy_whole_tree(root)
@@ -370,9 +372,7 @@ class _Repacker:
             if tid.detect_class(h5py.h5t.REFERENCE):  # (never a plain one: those are copied in C)
                 self.deferred_attrs.append((src_id, path.encode("utf-8", "surrogateescape"), attr.get_name()))
             if space.get_simple_extent_type() != h5py.h5s.NULL:
-                data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
-                attr.read(data, mtype=tid)
-                new.write(data, mtype=tid)
+                _copy_attribute_value(attr, new, tid, space)
             position += 1
 
     def _file_type(self, tid: h5py.h5t.TypeID) -> h5py.h5t.TypeID:
@@ -788,6 +788,25 @@ class _Repacker:
         return self.dst_refs[dst_path]
 
 
+def _copy_attribute_value(attr, new, tid, space) -> None:
+    """The attribute's stored values written to ``new`` in HDF5's memory form of the file type (NULL strings
+    stay NULL, bytes after a NUL stay), through HDF5's own calls: h5py reads a variable-length value through
+    a conversion buffer of its own (one more copy of a 100 MiB string). Its variable-length parts are freed
+    at once (H5Treclaim)."""
+    data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
+    library = hdf5_library()
+    name = attr.get_name().decode("utf-8", "surrogateescape")
+    with h5py._objects.phil:
+        if library.H5Aread(attr.id, tid.id, data.ctypes.data) < 0:
+            raise OSError(f"cannot read attribute {name!r}")
+        try:
+            if library.H5Awrite(new.id, tid.id, data.ctypes.data) < 0:
+                raise OSError(f"cannot write the copy of attribute {name!r}")
+        finally:
+            if _needs_walk(tid):
+                library.H5Treclaim(tid.id, space.id, 0, data.ctypes.data)  # (0: H5P_DEFAULT)
+
+
 def _listed_within(located, extent) -> bool:
     """Every listed chunk (its offset first) starts inside ``extent``. HDF5 2.0's H5Dchunk_iter lists
     (0, 6) and (0, 9) for the extensible-array index of HDF5's tools' h5fc_ext1_f.h5, a 4 x 6 dataset
@@ -1085,9 +1104,10 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
     attributes are not. References are compared by the path of their target.
     """
     problems: list[str] = []
+    deferred: list[tuple[str, str]] = []  # (object path, attribute name): large values, compared at the end
     _PATHS.clear()  # reference-target indexes are per open file
     with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
-        _compare_attrs(a["/"], b["/"], problems)
+        _compare_attrs(a["/"], b["/"], problems, deferred)
         # Both files walked together, group by group, each member opened relative to its already-open
         # parent, without recursion: linear in the number of links whatever the nesting depth (H5Lvisit
         # and opening every object by its full path cost the square of the depth: 12 s at depth 500).
@@ -1123,7 +1143,7 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
                     if obj_a.dtype != obj_b.dtype:
                         problems.append(f"/{name}: named type {obj_a.dtype} became {obj_b.dtype}")
                     continue
-                _compare_attrs(obj_a, obj_b, problems)
+                _compare_attrs(obj_a, obj_b, problems, deferred)
                 if isinstance(obj_a, h5py.Dataset):
                     try:
                         _compare_dataset(obj_a, obj_b, problems, block_bytes)
@@ -1141,6 +1161,9 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
                         subgroups.append((obj_a, obj_b, name + "/"))
             pending.extend(reversed(subgroups))  # (depth first, by name, as H5Lvisit)
     _PATHS.clear()
+    for object_path, name in deferred:
+        if _attribute_digest(a_path, object_path, name) != _attribute_digest(b_path, object_path, name):
+            problems.append(f"{object_path}: attribute {name!r} differs")
     return problems
 
 
@@ -1155,7 +1178,7 @@ def _missing_filters(dataset: h5py.Dataset) -> list[str]:
     return missing
 
 
-def _compare_attrs(a, b, problems):
+def _compare_attrs(a, b, problems, deferred=None):
     names_a, names_b = set(a.attrs), set(b.attrs)
     if names_a != names_b:
         problems.append(f"{a.name}: attributes differ: {sorted(names_a ^ names_b)}")
@@ -1173,8 +1196,82 @@ def _compare_attrs(a, b, problems):
         if space.get_simple_extent_dims() != attr_b.get_space().get_simple_extent_dims():
             problems.append(f"{a.name}: attribute {name!r} shape changed")
             continue
+        if deferred is not None and not attr_a.get_type().detect_class(h5py.h5t.REFERENCE):
+            size_a = attribute_value_bytes(attr_a)  # (from the descriptors: a variable-length value is not read)
+            if size_a is not None and size_a > DEFERRED_ATTRIBUTE_BYTES:
+                size_b = attribute_value_bytes(attr_b)
+                if size_b != size_a:
+                    problems.append(f"{a.name}: attribute {name!r} differs (a value of {size_a} bytes became {size_b})")
+                else:
+                    deferred.append((a.name, name))
+                continue
         if not _same_stored_values(attr_a, attr_b, a.file, b.file, attr=True, name=name, owners=(a, b)):
             problems.append(f"{a.name}: attribute {name!r} differs")
+
+
+# An attribute's value is read whole (HDF5 reads no part of one). One larger than this is compared once the
+# walk has closed both files, each file then opened alone and its value reduced to a digest: HDF5 keeps what
+# it read of a file (for a variable-length value, its heap collection, an image of it and a table 1.5 times
+# its size) until that file closes, and the values were decoded into Python objects: verifying a 100 MiB
+# string took 1,374 MB, the copy 582 MB.
+DEFERRED_ATTRIBUTE_BYTES = 8 * MiB
+
+
+def _attribute_digest(path, object_path: str, name: str) -> bytes:
+    """SHA-256 of an attribute's values in HDF5's memory form of the file type: fixed-size bytes as stored,
+    a variable-length string or sequence as its length and bytes (NULL apart from ""), other values as the
+    canonical form the comparison walks (``_Walker``); the file opened for this alone and closed after."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    library = hdf5_library()
+    with open_input(path) as f:
+        owner = h5py.h5o.open(f.id, object_path.encode("utf-8", "surrogateescape"))
+        attr = h5py.h5a.open(owner, name.encode("utf-8", "surrogateescape"))
+        tid, space = attr.get_type(), attr.get_space()
+        data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
+        with h5py._objects.phil:
+            if library.H5Aread(attr.id, tid.id, data.ctypes.data) < 0:
+                raise OSError(f"{object_path}: cannot read attribute {name!r}")
+            try:
+                if not _needs_walk(tid):
+                    digest.update(data.reshape(-1).view(np.uint8))
+                else:
+                    _digest_variable_values(tid, data, digest, f)
+            finally:
+                if _needs_walk(tid):
+                    library.H5Treclaim(tid.id, space.id, 0, data.ctypes.data)  # (0: H5P_DEFAULT)
+        del data
+    with h5py._objects.phil:
+        library.H5garbage_collect()  # (HDF5's free lists keep its conversion buffer otherwise)
+    return digest.digest()
+
+
+def _digest_variable_values(tid, data, digest, f) -> None:
+    """Variable-length values fed to ``digest`` from HDF5's memory (no Python copy of a value)."""
+    import ctypes
+
+    if isinstance(tid, h5py.h5t.TypeStringID) and tid.is_variable_str():
+        strlen = ctypes.CDLL(None).strlen
+        strlen.restype, strlen.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+        for pointer in data.reshape(-1).view("<u8").tolist():
+            if not pointer:
+                digest.update(b"N")  # (NULL, not "")
+                continue
+            length = strlen(pointer)
+            digest.update(b"S" + length.to_bytes(8, "little"))
+            digest.update((ctypes.c_char * length).from_address(pointer))
+        return
+    base = tid.get_super() if isinstance(tid, h5py.h5t.TypeVlenID) else None
+    if base is not None and not _needs_walk(base):
+        item = base.get_size()
+        descriptors = data.reshape(-1).view("<u8").reshape(-1, 2).tolist()  # (hvl_t: length, pointer)
+        for length, pointer in descriptors:
+            digest.update(b"V" + length.to_bytes(8, "little") + (b"N" if not pointer else b""))
+            if pointer and length:
+                digest.update((ctypes.c_char * (length * item)).from_address(pointer))
+        return
+    digest.update(repr(_Walker(tid, f).values(data.tobytes())).encode())
 
 
 def _read_exact(obj, tid, shape, selection=None, attr=False):
