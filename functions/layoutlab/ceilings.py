@@ -54,6 +54,9 @@ class Ceilings:
     max_objects_per_variant: int = 1_000_000
     # uncompressed bytes one conversion may write, from the shapes the file declares
     max_variant_bytes: int = 2**40
+    # uncompressed bytes one benchmark case's pattern reads, from the shapes the file declares (a whole-array
+    # pattern over a grid declaring terabytes was bounded only by the case timeout x max_cases)
+    max_case_read_bytes: int = 16 * 2**30
     # declared uncompressed bytes per stored input byte (above EXPANSION_FLOOR_BYTES)
     max_expansion: float = 1000.0
     # an explicit page size above PAGE_SIZE_ALWAYS_ALLOWED may be at most this times the input's size (a page

@@ -255,3 +255,53 @@ def test_the_default_page_size_is_allowed_for_any_input_and_larger_pages_follow_
     assert Ceilings().max_page_size(100) == 8 * 2**20
     assert Ceilings(max_page_size_input_ratio=0.5).max_page_size(2**30) == 2**29
     plans.merge_plan({"variants": [{"kind": "repack-paged"}]}, input_bytes=27_294)  # 8MiB by default
+
+
+# --- what one case reads, from the declared shapes -----------------------------------------------------------
+
+def _cases(plan, facts):
+    specs = plans.variant_specs(plan, facts)
+    produced = [{"name": s["name"], "format": s["format"], "uri": f"s3://o/{s['name']}"} for s in specs]
+    return plans.expand_cases(plan, facts, "d", produced)
+
+
+def test_the_plan_step_refuses_a_case_that_would_read_more_than_the_ceiling_from_the_declared_grid():
+    """A few kilobytes declaring a (10^5, 10^3, 10^4) float grid: its full read is 4 TB per case; before,
+    only the case timeout x max_cases bounded it. The pattern, the estimate and the ceiling are named."""
+    from layoutlab.pipeline.case_reads import check_case_reads, declared_read_bytes
+
+    plan = plans.merge_plan({"name": "big", "variants": [{"kind": "original"}],
+                             "patterns": ["timeseries-point", "full-read-throughput"]})
+    huge = DatasetFacts(kind="grid", grid_shape=(100_000, 1_000, 10_000), variable="T")
+    with pytest.raises(PlanError) as caught:
+        check_case_reads(plan, _cases(plan, huge), huge, Ceilings())
+    assert str(caught.value) == (
+        "plan 'big': patterns: full-read-throughput: a case reads all of the declared 100000x1000x10000 grid of "
+        "4-byte items: 4,000,000,000,000 is over this environment's ceiling max_case_read_bytes = 17,179,869,184 "
+        "(cdk.json ceilings, LAYOUTLAB_CEILINGS)")
+    # the same plan on the paper's grid, and a time series of the huge grid, are well under it
+    check_case_reads(plan, _cases(plan, GRID), GRID, Ceilings())
+    series = plans.merge_plan({"variants": [{"kind": "original"}], "patterns": ["timeseries-point"]})
+    check_case_reads(series, _cases(series, huge), huge, Ceilings())
+    assert declared_read_bytes("timeseries-point", {"variable": "T"}, huge) == (
+        400_000, "one time series of the declared 100000x1000x10000 grid of 4-byte items")
+    # the ceiling is the environment's
+    check_case_reads(plan, _cases(plan, huge), huge, Ceilings(max_case_read_bytes=4 * 10**12))
+
+
+def test_case_read_estimates_follow_what_the_patterns_select():
+    from layoutlab.pipeline.case_reads import declared_read_bytes
+
+    grid = DatasetFacts(kind="grid", grid_shape=(240, 181, 288), itemsize=4, variable="V")
+    t, y, x = 240, 181, 288
+    assert declared_read_bytes("map-timestep", {"variable": "V"}, grid)[0] == y * x * 4
+    assert declared_read_bytes("map-time-mean", {"variable": "V", "hours": 6}, grid)[0] == 6 * y * x * 4
+    assert declared_read_bytes("slab-read", {"workers": 4, "worker": 3}, grid)[0] == 60 * y * x * 4
+    assert declared_read_bytes("slab-read", {"workers": 2, "scaling": "weak", "rows_per_worker": 7}, grid)[0] == 7 * y * x * 4
+    assert declared_read_bytes("timeseries-region-mean", {"variable": "V"}, grid) is None  # (a box of coordinates)
+    assert declared_read_bytes("full-read-throughput", {"variable": "other"}, grid) is None  # (not the grid)
+    granule = DatasetFacts(kind="granule", beams=("gt1l",), beam_elements=10**12, beam_bytes=4 * 10**12,
+                           beam_lat_bytes=8 * 10**12)
+    assert declared_read_bytes("beam-read", {"beam": "gt1l"}, granule)[0] == 4 * 10**12
+    assert declared_read_bytes("beam-subset", {"beam": "gt1l"}, granule)[0] == 12 * 10**12
+    assert declared_read_bytes("granule-open-list", {}, granule)[0] == 0

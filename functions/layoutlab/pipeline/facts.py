@@ -48,7 +48,14 @@ def dataset_facts(location: str) -> DatasetFacts:
         with _open(location) as f:
             beams = [b for b in BEAM_NAMES if f.get(f"{b}/heights/h_ph") is not None]
             if beams:
-                return DatasetFacts(kind="granule", beams=tuple(beams))
+                # the largest beam's declared sizes: what one case may read (pipeline/case_reads.py)
+                heights = [d for d in (f.get(f"{b}/heights/h_ph") for b in beams) if isinstance(d, h5py.Dataset)]
+                lats = [d for d in (f.get(f"{b}/heights/lat_ph") for b in beams) if isinstance(d, h5py.Dataset)]
+                largest = max(heights, key=lambda d: d.nbytes, default=None)
+                return DatasetFacts(kind="granule", beams=tuple(beams),
+                                    beam_elements=int(largest.size) if largest is not None else 0,
+                                    beam_bytes=int(largest.nbytes) if largest is not None else 0,
+                                    beam_lat_bytes=max((int(d.nbytes) for d in lats), default=0))
             candidates = []
 
             def visit(name, obj):

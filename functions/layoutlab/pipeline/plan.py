@@ -371,6 +371,10 @@ class DatasetFacts:
     itemsize: int = 4
     variable: str | None = None  # the main gridded variable's path
     beams: tuple[str, ...] = ()
+    # a granule's largest beam, declared: elements and bytes of heights/h_ph, bytes of heights/lat_ph
+    beam_elements: int = 0
+    beam_bytes: int = 0
+    beam_lat_bytes: int = 0
 
     def pattern_params(self) -> dict:
         """Parameters every pattern of this dataset needs (which variable, which beam)."""

@@ -17,6 +17,7 @@ from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
 from layoutlab.guard import run_guarded
 from layoutlab.pipeline import plan as plans
+from layoutlab.pipeline.case_reads import check_case_reads
 from layoutlab.pipeline.facts import dataset_facts
 from layoutlab.storage import versioned_url
 
@@ -134,6 +135,7 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
             convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
 
     cases = plans.expand_cases(plan, facts, dataset_id, produced)
+    check_case_reads(plan, cases, facts, settings.ceilings)  # (what each case reads, from the declared shapes)
     run_prefix = f"runs/{dataset_id}/"
     _put_json(s3, settings.outputs_bucket, run_prefix + "cases.json", cases)
     work_units_ref = {"key": None, "count": 0}
