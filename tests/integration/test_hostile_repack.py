@@ -12,6 +12,7 @@ spun for 60 s ... metadata probably damaged". After: a few seconds each.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import h5py
@@ -111,3 +112,33 @@ def test_walk_objects_gives_what_h5ovisit_gives(tmp_path):
         h5py.h5o.visit(f.id, lambda name, info: visited.append((name.decode(), info.addr)) and None, info=True)
         walked = [(name, info.addr) for name, info, _, _ in walk_objects(f.id)]
     assert walked == visited
+
+
+@pytest.mark.parametrize("grow", [False, True], ids=["copied-whole", "made-anew"])
+def test_groups_nested_2000_deep_repack_natively_under_a_1_mib_stack(grow, tmp_path):
+    """The native engine's walks (the scan, the copy, the references of what H5Ocopy copied) keep their own
+    stack of open groups instead of recursing, and a subtree deeper than 32 groups is walked rather than
+    given to one H5Ocopy (which recurses over depth: 6 C frames per level). Before, under a 1 MiB stack
+    (a thread's or a small task's), the scan crashed at depth ~1,240 (SIGSEGV) and the guard called the
+    file "probably damaged" (h5dump crashes on it too under that stack)."""
+    import resource
+    import subprocess
+    import sys
+
+    from repack_helpers import require_c_code
+
+    require_c_code()
+    source = _deep_groups(tmp_path / "deep.h5", 2000, grow=grow)
+
+    def small_stack():
+        resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+
+    done = subprocess.run([sys.executable, "-m", "layoutlab.cli", "repack", str(source), str(tmp_path / "out.h5"),
+                           "--json"], capture_output=True, text=True, timeout=60, preexec_fn=small_stack,
+                          env={**os.environ, "LAYOUTLAB_REPACK_ENGINE": "native"})
+    assert done.returncode == 0 and "damaged" not in done.stderr, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["engine"] == "native" and summary["verified"] is True, summary
+    with h5py.File(tmp_path / "out.h5") as f:
+        x = f["g" + "/g" * 1999 + "/x"]
+        assert np.array_equal(x[...], np.arange(10 if grow else 3, dtype="f4"))

@@ -1383,35 +1383,128 @@ done:
     return result;
 }
 
+/* --- walking groups without recursion --------------------------------------------------------
+ *
+ * The nesting depth of groups is the uploader's: a recursive walk used one C stack frame per level, and
+ * groups nested 2,000 deep crashed the native engine (SIGSEGV) under a 1 MiB stack (Lambda's and
+ * thread stacks are that small or smaller), which the guard then called a damaged file. Each walk keeps
+ * its own stack of open groups (one frame per level, on the heap). */
+
+#define MAX_H5OCOPY_DEPTH 32 /* levels of groups one H5Ocopy may copy (below) */
+
+typedef struct {
+    member_list list;
+    size_t next;      /* the next member to look at */
+    hid_t group;      /* the source group (closed when the frame is popped, unless it is the caller's) */
+    hid_t copy;       /* copy_members: the destination group (closed likewise) */
+    char *path;       /* owned, or the caller's for the first frame */
+    haddr_t address;  /* scan_members: the group's address (its map entry) */
+    int changes;      /* scan_members: something under the group changes */
+    size_t height;    /* scan_members: levels of groups under it (0: no subgroup) */
+    unsigned long long bytes, chunks; /* scan_members: stored bytes and chunks of what does not change */
+} walk_frame;
+
+typedef struct {
+    walk_frame *frames;
+    size_t depth, capacity;
+} walk_stack;
+
+/* A new frame for `group` (its members listed), which then owns `group`, `copy` and `path`; or NULL (the
+ * job failed; nothing pushed, they stay the caller's). */
+static walk_frame *walk_push(job_t *job, walk_stack *stack, hid_t group, hid_t copy, char *path, haddr_t address) {
+    if (stack->depth == stack->capacity) {
+        size_t capacity = stack->capacity ? 2 * stack->capacity : 64;
+        walk_frame *frames = realloc(stack->frames, capacity * sizeof *frames);
+        if (!frames) {
+            FAIL("out of memory");
+            return NULL;
+        }
+        stack->frames = frames;
+        stack->capacity = capacity;
+    }
+    walk_frame *frame = &stack->frames[stack->depth];
+    memset(frame, 0, sizeof *frame);
+    if (list_members(job, group, &frame->list) < 0) {
+        free_members(&frame->list);
+        return NULL;
+    }
+    frame->group = group;
+    frame->copy = copy;
+    frame->path = path;
+    frame->address = address;
+    stack->depth++;
+    return frame;
+}
+
+/* The top frame closed and freed (the first frame's group, copy and path are the caller's). */
+static void walk_pop(walk_stack *stack) {
+    walk_frame *frame = &stack->frames[--stack->depth];
+    free_members(&frame->list);
+    if (stack->depth > 0) {
+        if (frame->copy >= 0) h5.Gclose(frame->copy);
+        if (frame->group >= 0) h5.Oclose(frame->group);
+        free(frame->path);
+    }
+}
+
+static void walk_free(walk_stack *stack) {
+    while (stack->depth) walk_pop(stack);
+    free(stack->frames);
+}
+
 /* Every object under `group` entered in the address map with its path (the copy has the same
  * paths) and what must change; a group changes when anything under it does. Declined: links other
  * than hard ones, an object linked twice, a committed datatype (the Python engine's cases). */
 static int scan_members(job_t *job, hid_t group, const char *path, int *changes, unsigned long long *bytes,
                         unsigned long long *chunks) {
-    member_list list = {0};
-    int result = list_members(job, group, &list);
-    for (size_t i = 0; result == 0 && i < list.count; i++) {
-        member *item = &list.items[i];
-        char *child = join(path, item->name);
+    walk_stack stack = {0};
+    int result = walk_push(job, &stack, group, -1, (char *)path, HADDR_UNDEF) ? 0 : -1;
+    while (result == 0 && stack.depth) {
+        walk_frame *frame = &stack.frames[stack.depth - 1];
+        if (frame->next == frame->list.count) { /* the group is done: its entry, then its parent's sums */
+            int sub = frame->changes;
+            unsigned long long sub_bytes = frame->bytes, sub_chunks = frame->chunks;
+            haddr_t address = frame->address;
+            size_t height = frame->height + 1;
+            walk_pop(&stack);
+            if (!stack.depth) {
+                *changes |= sub;
+                *bytes += sub_bytes;
+                *chunks += sub_chunks;
+                break;
+            }
+            object_entry *entry = map_find(&job->objects, address);
+            /* H5Ocopy recurses over the depth of what it copies (6 C frames per level in HDF5 2.0: groups
+             * nested 2,000 deep crashed it under a 1 MiB stack): a deeper subtree is walked instead. */
+            entry->change = sub || height > MAX_H5OCOPY_DEPTH;
+            entry->bytes = sub_bytes;
+            entry->chunks = sub_chunks;
+            walk_frame *parent = &stack.frames[stack.depth - 1];
+            if (height > parent->height) parent->height = height;
+            parent->changes |= entry->change;
+            if (!entry->change) {
+                parent->bytes += entry->bytes;
+                parent->chunks += entry->chunks;
+            }
+            parent->next++;
+            continue;
+        }
+        member *item = &frame->list.items[frame->next];
+        char *child = join(frame->path, item->name);
         H5O_info2_t info;
         hid_t object = -1;
         if (!child) result = FAIL("out of memory");
         else if (item->link_type != H5L_TYPE_HARD) result = DECLINE("%s is a soft, external or user-defined link", child);
         else if (map_find(&job->objects, item->address)) result = DECLINE("%s: a second link to one object", child);
         else if (!map_add(&job->objects, item->address, child)) result = FAIL("out of memory");
-        else if ((object = h5.Oopen(group, item->name, H5P_DEFAULT)) < 0 ||
+        else if ((object = h5.Oopen(frame->group, item->name, H5P_DEFAULT)) < 0 ||
                  h5.Oget_info3(object, &info, H5O_INFO_BASIC) < 0)
             result = FAIL("cannot open %s", child);
         else if (info.rc > 1) result = DECLINE("%s: an object with more than one link", child);
         else if (info.type == H5O_TYPE_GROUP) {
-            int sub = 0;
-            unsigned long long sub_bytes = 0, sub_chunks = 0;
             job->groups++;
-            result = scan_members(job, object, child, &sub, &sub_bytes, &sub_chunks);
-            object_entry *entry = map_find(&job->objects, item->address); /* (the map may have grown) */
-            entry->change = sub;
-            entry->bytes = sub_bytes;
-            entry->chunks = sub_chunks;
+            if (walk_push(job, &stack, object, -1, child, item->address)) continue; /* (the frame owns both now) */
+            result = -1; /* (nothing was pushed: closed and freed below) */
         } else if (info.type == H5O_TYPE_DATASET) {
             job->datasets++;
             object_entry *entry = map_find(&job->objects, item->address);
@@ -1423,16 +1516,17 @@ static int scan_members(job_t *job, hid_t group, const char *path, int *changes,
         }
         if (result == 0) {
             object_entry *entry = map_find(&job->objects, item->address);
-            *changes |= entry->change;
+            frame->changes |= entry->change;
             if (!entry->change) {
-                *bytes += entry->bytes;
-                *chunks += entry->chunks;
+                frame->bytes += entry->bytes;
+                frame->chunks += entry->chunks;
             }
+            frame->next++;
         }
         if (object >= 0) h5.Oclose(object);
         free(child);
     }
-    free_members(&list);
+    walk_free(&stack);
     return result;
 }
 
@@ -1465,29 +1559,49 @@ static herr_t defer_one_attribute(hid_t location, const char *name, const void *
     return result;
 }
 
-static int defer_copied_references(job_t *job, hid_t src, const char *path) {
-    int count = h5.Aget_num_attrs(src);
+/* The reference-holding attributes of one object (deferred: see defer_references). */
+static int defer_object_references(job_t *job, hid_t object, const char *path) {
+    int count = h5.Aget_num_attrs(object);
     if (count < 0) return FAIL("cannot count the attributes of %s", path);
     int result = 0;
     if (count) { /* one pass (H5Aiterate2): by index costs the square of their number in dense storage */
         reference_pass pass = {.job = job, .path = path, .dst = -1};
         hsize_t idx = 0;
-        if (h5.Aiterate2(src, H5_INDEX_NAME, H5_ITER_INC, &idx, defer_one_attribute, &pass) < 0)
+        if (h5.Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &idx, defer_one_attribute, &pass) < 0)
             result = job->status == OK ? FAIL("cannot list the attributes of %s", path) : -1;
         if (pass.dst >= 0) h5.Oclose(pass.dst);
     }
+    return result;
+}
+
+/* `src` (copied by H5Ocopy with everything under it) and every object under it, depth first: their
+ * reference-holding attributes deferred. */
+static int defer_copied_references(job_t *job, hid_t src, const char *path) {
+    int result = defer_object_references(job, src, path);
     if (result < 0 || h5.Iget_type(src) != H5I_GROUP) return result;
-    member_list list = {0};
-    result = list_members(job, src, &list);
-    for (size_t i = 0; result == 0 && i < list.count; i++) {
-        char *child = join(path, list.items[i].name);
-        hid_t object = child ? h5.Oopen(src, list.items[i].name, H5P_DEFAULT) : -1;
+    walk_stack stack = {0};
+    if (!walk_push(job, &stack, src, -1, (char *)path, HADDR_UNDEF)) return -1;
+    while (result == 0 && stack.depth) {
+        walk_frame *frame = &stack.frames[stack.depth - 1];
+        if (frame->next == frame->list.count) {
+            walk_pop(&stack);
+            if (stack.depth) stack.frames[stack.depth - 1].next++;
+            continue;
+        }
+        const char *name = frame->list.items[frame->next].name;
+        char *child = join(frame->path, name);
+        hid_t object = child ? h5.Oopen(frame->group, name, H5P_DEFAULT) : -1;
         if (object < 0) result = FAIL("cannot open %s", child ? child : "a member");
-        else result = defer_copied_references(job, object, child);
+        else result = defer_object_references(job, object, child);
+        if (result == 0 && h5.Iget_type(object) == H5I_GROUP) {
+            if (walk_push(job, &stack, object, -1, child, HADDR_UNDEF)) continue; /* (the frame owns both now) */
+            result = -1;
+        }
+        if (result == 0) frame->next++;
         if (object >= 0) h5.Oclose(object);
         free(child);
     }
-    free_members(&list);
+    walk_free(&stack);
     return result;
 }
 
@@ -1504,23 +1618,31 @@ static hid_t link_create_plist(int cset) {
 
 /* The members of `src_group` in its link order: what does not change copied by one H5Ocopy each
  * (a whole subtree at once), groups holding something that changes made with their creation
- * properties and attributes and walked, datasets that change made anew (copy_dataset). */
+ * properties and attributes and walked (their members next, depth first), datasets that change made
+ * anew (copy_dataset). */
 static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char *dst_name) {
-    member_list list = {0};
-    int result = list_members(job, src_group, &list);
-    for (size_t i = 0; result == 0 && i < list.count; i++) {
-        member *item = &list.items[i];
-        char *path = join(dst_name, item->name);
+    walk_stack stack = {0};
+    int result = walk_push(job, &stack, src_group, dst_group, (char *)dst_name, HADDR_UNDEF) ? 0 : -1;
+    while (result == 0 && stack.depth) {
+        walk_frame *frame = &stack.frames[stack.depth - 1];
+        if (frame->next == frame->list.count) {
+            walk_pop(&stack);
+            if (stack.depth) stack.frames[stack.depth - 1].next++;
+            continue;
+        }
+        member *item = &frame->list.items[frame->next];
+        char *path = join(frame->path, item->name);
         object_entry *entry = map_find(&job->objects, item->address);
         hid_t lcpl = link_create_plist(item->cset), object = -1;
+        int entered = 0;
         if (!path || !entry || lcpl < 0) {
             result = FAIL("cannot copy %s", path ? path : "a member");
         } else if (!entry->change) {
-            if (h5.Ocopy(src_group, item->name, dst_group, item->name, job->copy_plist, lcpl) < 0) {
+            if (h5.Ocopy(frame->group, item->name, frame->copy, item->name, job->copy_plist, lcpl) < 0) {
                 result = FAIL("cannot copy %s", path);
             } else {
                 job->chunks_raw += entry->chunks;
-                if ((object = h5.Oopen(src_group, item->name, H5P_DEFAULT)) < 0) result = FAIL("cannot open %s", path);
+                if ((object = h5.Oopen(frame->group, item->name, H5P_DEFAULT)) < 0) result = FAIL("cannot open %s", path);
                 else result = defer_copied_references(job, object, path);
                 if (result == 0 && entry->bytes && job->progress != Py_None) {
                     PyObject *r = PyObject_CallFunction(job->progress, "K", entry->bytes);
@@ -1528,27 +1650,33 @@ static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char
                     Py_XDECREF(r);
                 }
             }
-        } else if ((object = h5.Oopen(src_group, item->name, H5P_DEFAULT)) < 0) {
+        } else if ((object = h5.Oopen(frame->group, item->name, H5P_DEFAULT)) < 0) {
             result = FAIL("cannot open %s", path);
         } else if (h5.Iget_type(object) == H5I_GROUP) {
             hid_t gcpl = h5.Gget_create_plist(object), new_gcpl = gcpl < 0 ? -1 : group_create_plist(gcpl);
-            hid_t copy = new_gcpl < 0 ? -1 : h5.Gcreate2(dst_group, item->name, lcpl, new_gcpl, H5P_DEFAULT);
+            hid_t copy = new_gcpl < 0 ? -1 : h5.Gcreate2(frame->copy, item->name, lcpl, new_gcpl, H5P_DEFAULT);
             if (new_gcpl >= 0) h5.Pclose(new_gcpl);
             if (copy < 0) result = FAIL("cannot create group %s in the copy", path);
             else {
                 result = copy_attributes(job, object, copy, gcpl);
-                if (result == 0) result = copy_members(job, object, copy, path);
-                h5.Gclose(copy);
+                /* its members next (the frame owns the group, its copy and the path) */
+                if (result == 0 && walk_push(job, &stack, object, copy, path, HADDR_UNDEF)) entered = 1;
+                else {
+                    result = -1;
+                    h5.Gclose(copy);
+                }
             }
             if (gcpl >= 0) h5.Pclose(gcpl);
         } else {
-            result = copy_dataset(job, object, item->address, dst_group, item->name, path, lcpl);
+            result = copy_dataset(job, object, item->address, frame->copy, item->name, path, lcpl);
         }
-        if (object >= 0) h5.Oclose(object);
         if (lcpl > 0) h5.Pclose(lcpl);
+        if (entered) continue;
+        if (result == 0) frame->next++;
+        if (object >= 0) h5.Oclose(object);
         free(path);
     }
-    free_members(&list);
+    walk_free(&stack);
     return result;
 }
 
