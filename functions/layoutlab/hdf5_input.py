@@ -269,9 +269,9 @@ def _lengths_in_bytes(src, dst, cdata, count, buf_stride, bkg_stride, buf, bkg, 
     unit = _base_item_bytes(library, src)
     raw = np.ctypeslib.as_array((ctypes.c_uint8 * (stride * (count - 1) + size)).from_address(buf))
     lengths = np.lib.stride_tricks.as_strided(raw, shape=(count, 4), strides=(stride, 1)).copy().view("<u4").ravel()
-    out_stride = buf_stride or 8
-    for index, length in enumerate(lengths.tolist()):  # (front to back: the output is never wider than the input)
-        ctypes.c_uint64.from_address(buf + index * out_stride).value = length * unit
+    out_stride = buf_stride or 8  # (never wider than the input's: the lengths were copied out above)
+    out = (ctypes.c_uint8 * (out_stride * (count - 1) + 8)).from_address(buf)
+    np.ndarray((count,), dtype="<u8", buffer=out, strides=(out_stride,))[:] = lengths.astype("<u8") * unit
     return 0
 
 
