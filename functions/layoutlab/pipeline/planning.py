@@ -111,6 +111,8 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     fan_out_above = int(plan.get("fan_out_above_bytes", settings.work_units_above_bytes))
     convert_tasks, publish_tasks, work_units, produced = [], [], [], []
     specs = [{**spec, "uri": variant_uri(settings.outputs_bucket, dataset_id, spec, source_url)} for spec in specs]
+    # What each case would read, from the declared shapes: refused before anything is recorded or converted.
+    check_case_reads(plan, plans.expand_cases(plan, facts, dataset_id, specs), facts, settings.ceilings)
     # References over a paged variant are built by that variant's own convert task, after it published it
     derived = {}
     for spec in specs:
@@ -135,7 +137,6 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
             convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
 
     cases = plans.expand_cases(plan, facts, dataset_id, produced)
-    check_case_reads(plan, cases, facts, settings.ceilings)  # (what each case reads, from the declared shapes)
     run_prefix = f"runs/{dataset_id}/"
     _put_json(s3, settings.outputs_bucket, run_prefix + "cases.json", cases)
     work_units_ref = {"key": None, "count": 0}
