@@ -21,21 +21,13 @@ Beyond the paper:
   * the *Pareto front* over (read time, storage size, conversion time, peak
     memory): the variants no other variant beats on every axis at once; the
     recommendation is never a variant another one dominates;
-  * *uncertainty*: every comparison of the chosen variant with the original
-    carries a 95 % bootstrap interval of the ratio of their median times over
-    the repetitions. Where no pattern is measurably faster than the original
-    ("no measurable difference", or too few repetitions to tell), the original
-    is kept: it needs no conversion and no extra storage;
-  * *cost* (``cost.layout_costs``): conversion $ once, storage $ a month, S3
-    request $ per 1,000 reads. When another variant reads no measurably slower
-    than the chosen one on the patterns it was chosen on (every interval of
-    their ratio reaches below 1 or lies below it), is measurably faster than
-    the original on one of them, is on the Pareto front, and costs less, it is
-    kept instead: a virtual variant that reads as fast as a copy wins on cost.
-    Their read times being indistinguishable, so is the compute they bill; the
-    costs weighed are conversion, storage and requests, over a yardstick of
-    ``COST_MONTHS`` months at ``READS_PER_MONTH`` reads a month (shared over the
-    patterns as the mix says, else equally). The sentence gives the figures;
+  * *the choice* (``choice.py``): a candidate by the mix, the balanced product
+    or the worst slowdown, then rules in order (dominated, measurably better,
+    no better than the original, cheaper equivalent), each comparison with a
+    95 % bootstrap interval of the ratio of median times; costs
+    (``cost.layout_costs``: conversion $ once, storage $ a month, S3 request $
+    per 1,000 reads) are weighed over a yardstick of ``COST_MONTHS`` months at
+    ``READS_PER_MONTH`` reads a month;
   * *the seeds' effect* (``paged_reader_effect``): Lopez et al.'s pair, the
     original read with h5py's defaults against a paged copy read with the
     aligned reader, per pattern with its interval, whatever the choice.
@@ -53,6 +45,10 @@ from collections import defaultdict
 
 from layoutlab.errors import UserError
 from layoutlab.report import budget, cost
+# re-exported: ORIGINAL, MIN_REPETITIONS, compare, as_fast and usd are this module's API too
+from layoutlab.report.choice import (  # noqa: F401
+    MIN_REPETITIONS, ORIGINAL, Evidence, as_fast, candidate, choice_record, choose, compare, interval_text,
+    recommendation_sentence, usd)
 
 TIMESERIES_PATTERNS = ("timeseries-point", "timeseries-region-mean")
 MAP_PATTERNS = ("map-timestep", "map-time-mean")
@@ -61,12 +57,6 @@ SCALING_PATTERN = "slab-read"  # reported by summary.scaling(), per worker count
 # (rounding in hand-written mixes); within it they are normalised exactly.
 MIX_SUM_TOLERANCE = 0.01
 PARETO_AXES = ("read_s", "size_bytes", "convert_s", "peak_rss_mb")
-# Bootstrap of the ratio of two medians: resamples, confidence, and the fewest repetitions of each
-# side for an interval to mean anything (with fewer, the answer is "cannot tell").
-BOOTSTRAP_SAMPLES = 2000
-CONFIDENCE = 0.95
-MIN_REPETITIONS = 3
-ORIGINAL = "original"
 # The yardstick costs are weighed over (not a measurement: a year of keeping a layout, read a thousand times a
 # month); decide() takes others.
 COST_MONTHS = 12
@@ -144,39 +134,6 @@ def walls_by_key(records: list[dict]) -> dict[tuple, list[float]]:
         values[(record["platform"], record["pattern"], record["variant"], record["reader"])].append(
             float(record["wall_s"]))
     return dict(values)
-
-
-def ratio_interval(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float] | None:
-    """The ``CONFIDENCE`` bootstrap interval of median(a) / median(b); None with fewer than
-    ``MIN_REPETITIONS`` on either side (an interval from one or two runs would claim too much).
-    Seeded: the same records always give the same interval."""
-    if min(len(a), len(b)) < MIN_REPETITIONS:
-        return None
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    ma = np.median(xa[rng.integers(0, len(xa), (BOOTSTRAP_SAMPLES, len(xa)))], axis=1)
-    mb = np.median(xb[rng.integers(0, len(xb), (BOOTSTRAP_SAMPLES, len(xb)))], axis=1)
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(ma / mb, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def compare(a: list[float], b: list[float]) -> dict:
-    """A against B: ratio of medians, its interval, and the verdict it supports."""
-    ratio = statistics.median(a) / statistics.median(b)
-    interval = ratio_interval(a, b)
-    if interval is None:
-        verdict = "too few repetitions to tell"
-    elif interval[1] < 1:
-        verdict = "faster"
-    elif interval[0] > 1:
-        verdict = "slower"
-    else:
-        verdict = "no measurable difference"
-    return {"ratio": ratio, "interval": list(interval) if interval else None, "verdict": verdict,
-            "repetitions": [len(a), len(b)]}
 
 
 # -- Nguyen et al.'s measures ----------------------------------------------------------
@@ -367,7 +324,10 @@ def decide(records: list[dict], *, mix: dict[str, float] | None = None,
                             "front": [p["variant"] for p in front if p["on_front"]],
                             "axes": front[0]["axes"] if front else []}
         result["costs"] = (costs or {}).get(platform, {})
-        result["choice"] = choose(platform, result, mix, best, repetitions, yardstick=yardstick)
+        evidence = Evidence(platform, best, repetitions, {p["variant"]: p for p in front}, result["costs"], mix,
+                            yardstick)
+        first = candidate(result, mix)
+        result["choice"] = choice_record(evidence, choose(evidence, first)) if first else None
         result["sentence"] = recommendation_sentence(platform, result, mix, budgets)
         platforms[platform] = result
     primary = _primary_platform(platforms)
@@ -395,26 +355,6 @@ def _primary_platform(platforms: dict) -> str | None:
     return (lambdas or sorted(platforms))[0]
 
 
-def _candidate(result: dict, mix: dict | None) -> tuple[str, str, list[str]] | None:
-    """(variant, why, patterns it was chosen on) by the rule that applies: mix, balanced, worst slowdown."""
-    patterns = result["patterns"]
-    if mix and result.get("mix_choice"):
-        choice = result["mix_choice"]
-        shares = ", ".join(f"{p} {share:.0%}" for p, share in mix.items())
-        return (choice["variant"], f"it is fastest for the workload ({shares}) at {choice['mix_wall_s']:.3f} s "
-                                   "per access on average", list(mix))
-    if result.get("balanced_product"):
-        b = result["balanced_product"]
-        return (b["variant"], f"it balances time series ({b['timeseries_wall_s']:.3f} s) and maps "
-                              f"({b['map_wall_s']:.3f} s) best (smallest product, as Nguyen et al. choose)",
-                list(b["patterns"]))
-    if result.get("min_worst_slowdown"):
-        w = result["min_worst_slowdown"]
-        return (w["variant"], f"it is never more than {w['worst_slowdown']:.1f}x slower than the best variant of "
-                              "any pattern", sorted(patterns))
-    return None
-
-
 def _layout_costs(records: list[dict], variants: dict[str, dict],
                   prices: dict | None) -> tuple[dict | None, str | None]:
     """``cost.layout_costs`` and None, or None and why the costs cannot be computed (the decision goes on
@@ -426,247 +366,6 @@ def _layout_costs(records: list[dict], variants: dict[str, dict],
         return cost.layout_costs(records, variants, prices), None
     except UserError as error:
         return None, f"costs not weighed: {error}"
-
-
-def workload_cost(row: dict | None, patterns: list[str], mix: dict | None, yardstick: dict) -> float | None:
-    """$ of conversion once + ``months`` of storage and of the S3 requests of ``reads_per_month`` reads
-    (shared over ``patterns`` by the mix, else equally); None when a part is unknown."""
-    if not row or row.get("conversion_usd") is None or row.get("storage_usd_per_month") is None:
-        return None
-    per_1000 = [row["requests_usd_per_1000"].get(p) for p in patterns]
-    if not patterns or any(v is None for v in per_1000):
-        return None
-    shares = [mix[p] for p in patterns] if mix else [1 / len(patterns)] * len(patterns)
-    requests = sum(share * v for share, v in zip(shares, per_1000)) * yardstick["reads_per_month"] / cost.ACCESSES
-    return row["conversion_usd"] + yardstick["months"] * (row["storage_usd_per_month"] + requests)
-
-
-def _comparisons(platform: str, variant: str, against: str, patterns: list[str], best: dict, walls: dict) -> dict:
-    """pattern -> compare(variant's best-reader repetitions, ``against``'s) where both were measured."""
-    out = {}
-    for pattern in patterns:
-        mine, theirs = best.get((platform, pattern, variant)), best.get((platform, pattern, against))
-        if mine and theirs:
-            out[pattern] = compare(walls[(platform, pattern, variant, mine[1])],
-                                   walls[(platform, pattern, against, theirs[1])])
-    return out
-
-
-# "As fast" for a cheaper variant to replace the chosen one: measurably faster, or no measurable
-# difference with a ratio of medians within 1 + r. An interval that straddles 1 around a ratio of 1.3
-# (3 repetitions give 0.7..1.4) is undecided, not equal: letting it decide made two runs of the same
-# demo recommend different layouts (measured: paged vs Icechunk-virtual at 1.07-1.34x flipped on it).
-EQUIVALENCE_RESOLUTION = 0.1
-
-
-def as_fast(comparison: dict, resolution: float = EQUIVALENCE_RESOLUTION) -> bool:
-    if comparison["verdict"] == "faster":
-        return True
-    return comparison["verdict"] == "no measurable difference" and comparison["ratio"] <= 1 + resolution
-
-
-def measurably_better(platform: str, variant: str, on: list[str], result: dict, best: dict, walls: dict) -> str | None:
-    """A variant on the Pareto front that reads measurably faster than ``variant`` (by more than the
-    resolution) on some pattern of ``on`` and not measurably slower on any (the one faster on most patterns, then by name): the rules that pick
-    a candidate work on medians, so two close variants can swap between runs; this turns to the one the
-    intervals say is better."""
-    found = []
-    for point in result.get("pareto", {}).get("points", []):
-        other = point["variant"]
-        if other in (variant, ORIGINAL) or not point["on_front"]:
-            continue
-        against = _comparisons(platform, other, variant, on, best, walls)
-        if len(against) < len(on) or any(c["verdict"] in ("slower", "too few repetitions to tell")
-                                          for c in against.values()):
-            continue
-        # faster beyond the resolution: the whole interval below 1/(1+r) (a "faster" at 0.97 is noise
-        # that three repetitions happened to separate; measured: it swapped Icechunk-virtual for
-        # kerchunk-over-paged in one demo run of four)
-        faster = sum(c["verdict"] == "faster" and c["interval"][1] < 1 / (1 + EQUIVALENCE_RESOLUTION)
-                     for c in against.values())
-        if faster:
-            found.append((-faster, other))
-    return min(found)[1] if found else None
-
-
-def unseparated(platform: str, variant: str, on: list[str], result: dict, best: dict, walls: dict) -> dict:
-    """Variants on the Pareto front the evidence cannot tell from ``variant`` on the patterns of ``on``: measured
-    on all of them and measurably slower than ``variant`` on none. The choice between them is not a finding; a
-    run with more repetitions may name another (variant -> its comparisons with ``variant``)."""
-    rivals = {}
-    for point in result.get("pareto", {}).get("points", []):
-        other = point["variant"]
-        if other in (variant, ORIGINAL) or not point["on_front"]:
-            continue
-        against = _comparisons(platform, other, variant, on, best, walls)
-        if len(against) == len(on) and not any(c["verdict"] == "slower" for c in against.values()):
-            rivals[other] = against
-    return rivals
-
-
-def cheaper_equivalent(platform: str, variant: str, on: list[str], result: dict, mix: dict | None, best: dict,
-                       walls: dict, yardstick: dict) -> dict | None:
-    """The cheapest variant that reads no measurably slower than ``variant`` on every pattern of ``on``,
-    measurably faster than the original on one of them, on the Pareto front, and cheaper
-    (``workload_cost``); None when there is none or the costs are unknown."""
-    costs = result.get("costs") or {}
-    mine = workload_cost(costs.get(variant), on, mix, yardstick)
-    if mine is None:
-        return None
-    found = None
-    for point in result.get("pareto", {}).get("points", []):
-        other = point["variant"]
-        if other in (variant, ORIGINAL) or not point["on_front"]:
-            continue
-        theirs = workload_cost(costs.get(other), on, mix, yardstick)
-        if theirs is None or theirs >= mine or (found and theirs >= found["cost"]):
-            continue
-        against_choice = _comparisons(platform, other, variant, on, best, walls)
-        if len(against_choice) < len(on) or not all(as_fast(c) for c in against_choice.values()):
-            continue
-        against_original = _comparisons(platform, other, ORIGINAL, on, best, walls)
-        if not any(c["verdict"] == "faster" for c in against_original.values()):
-            continue
-        found = {"variant": other, "cost": theirs, "against_choice": against_choice,
-                 "against_original": against_original}
-    if found:
-        found["instead_of"] = variant
-        found["instead_of_cost"] = mine
-    return found
-
-
-def choose(platform: str, result: dict, mix: dict | None, best: dict, walls: dict,
-           yardstick: dict | None = None) -> dict | None:
-    """The variant to keep on ``platform``, never a dominated one; the original when no pattern it was
-    chosen on is measurably faster than the original's; a cheaper variant that reads as fast where
-    there is one (``cheaper_equivalent``)."""
-    yardstick = yardstick or {"months": COST_MONTHS, "reads_per_month": READS_PER_MONTH}
-    candidate = _candidate(result, mix)
-    if candidate is None:
-        return None
-    variant, why, on = candidate
-    points = {p["variant"]: p for p in result.get("pareto", {}).get("points", [])}
-    replaced = None
-    while variant in points and points[variant]["dominated_by"]:
-        # a variant at least as good on every axis exists: take the fastest of those that are on the front
-        better = [points[v] for v in points[variant]["dominated_by"]]
-        on_front = [p for p in better if p["on_front"]] or better
-        replaced = replaced or variant
-        variant = min(on_front, key=lambda p: (p["read_s"], p["variant"]))["variant"]
-        why = (f"{replaced} was chosen first ({why}), but {variant} is at least as good on every axis of "
-               f"{', '.join(points[replaced]['axes'])}")
-    seen = {variant}
-    while variant != ORIGINAL:
-        better = measurably_better(platform, variant, on, result, best, walls)
-        if better is None or better in seen:
-            break
-        seen.add(better)
-        why = f"it reads measurably faster than {variant} (chosen first: {why}) and no slower"
-        variant = better
-    comparison = _comparisons(platform, variant, ORIGINAL, on, best, walls) if variant != ORIGINAL else {}
-    verdicts = {c["verdict"] for c in comparison.values()}
-    costs = result.get("costs") or {}
-    if bool(comparison) and "faster" not in verdicts:
-        return {"variant": ORIGINAL, "why": "no variant reads measurably faster than the original on the patterns "
-                "it was chosen for, and the original needs no conversion and no extra storage",
-                "candidate": variant, "comparison": comparison, "no_measurable_difference": True,
-                "cost": {"candidate": costs.get(variant), "original": costs.get(ORIGINAL)}, "on": on}
-    cheaper = cheaper_equivalent(platform, variant, on, result, mix, best, walls, yardstick) \
-        if variant != ORIGINAL else None
-    if cheaper:
-        first = variant
-        variant = cheaper["variant"]
-        why = f"it reads as fast as {first} (chosen first: {why}) and costs less"
-        comparison = cheaper["against_original"]
-    return {"variant": variant, "why": why, "candidate": variant, "comparison": comparison,
-            "no_measurable_difference": False, "replaced_dominated": replaced, "on": on,
-            "cheaper_than": cheaper, "cost": {"kept": costs.get(variant)}, "yardstick": yardstick,
-            "unseparated": unseparated(platform, variant, on, result, best, walls)}
-
-
-def usd(value: float | None) -> str:
-    """Dollars to two significant digits, never in e-notation: $0.000078, $0.0036, $0.51, $12.40."""
-    if value is None:
-        return "$?"
-    if value == 0:
-        return "$0"
-    if abs(value) >= 1:
-        return f"${value:,.2f}"
-    return f"${value:.{max(2, 1 - math.floor(math.log10(abs(value))))}f}"
-
-
-def _interval_text(c: dict, whose: str) -> str:
-    if c["interval"] is None:
-        return (f"{c['ratio']:.2f}x {whose} time ({c['verdict']}: {min(c['repetitions'])} repetition(s), "
-                f"{MIN_REPETITIONS} needed)")
-    low, high = c["interval"]
-    return f"{c['ratio']:.2f}x {whose} time (95% interval {low:.2f}-{high:.2f}: {c['verdict']})"
-
-
-def _comparison_text(comparison: dict, whose: str = "the original's") -> str:
-    return "; ".join(f"{pattern} {_interval_text(c, whose)}" for pattern, c in comparison.items())
-
-
-def _original_kept_cost_text(choice: dict) -> str:
-    """What keeping the original saves: the candidate's conversion $ and its storage $ beyond the original's."""
-    row = (choice.get("cost") or {}).get("candidate")
-    original = (choice.get("cost") or {}).get("original") or {}
-    if not row or row.get("conversion_usd") is None:
-        return ""
-    extra = None
-    if row.get("storage_usd_per_month") is not None and original.get("storage_usd_per_month") is not None:
-        extra = row["storage_usd_per_month"] - original["storage_usd_per_month"]
-    store = "" if extra is None else (f" and {usd(extra)} a month more in S3" if extra > 0 else
-                                      f" ({usd(-extra)} a month less in S3)")
-    return f"; making {choice['candidate']} would cost {usd(row['conversion_usd'])} once{store}"
-
-
-def recommendation_sentence(platform: str, result: dict, mix: dict | None, budgets: list[dict] | None = None) -> str:
-    """The recommendation in one plain sentence (it may run to a few clauses; never a line break)."""
-    choice = result.get("choice")
-    if choice is None:
-        return f"On {platform} no variant was measured on every pattern: nothing to recommend."
-    measured_against = _comparison_text(choice["comparison"])
-    if choice["no_measurable_difference"]:
-        return (f"On {platform}, keep the original: {choice['why']} ({choice['candidate']}: "
-                f"{measured_against}{_original_kept_cost_text(choice)}).")
-    patterns = result["patterns"]
-    variant = choice["variant"]
-    wins = [p for p, e in patterns.items() if e["best_variant"] == variant]
-    tail = f"; it is the fastest for {', '.join(wins)}" if wins else ""
-    cheaper = choice.get("cheaper_than")
-    if cheaper:
-        first = cheaper["instead_of"]
-        costs = result.get("costs") or {}
-        mine, theirs = costs.get(variant) or {}, costs.get(first) or {}
-        yardstick = choice["yardstick"]
-        requests = ", ".join(
-            f"{p} {usd(mine['requests_usd_per_1000'].get(p))} vs {usd(theirs['requests_usd_per_1000'].get(p))}"
-            for p in choice["on"])
-        whose = f"{first}'s"
-        tail += (f". Against {first}: {_comparison_text(cheaper['against_choice'], whose)}. "
-                 f"Cost, {variant} vs {first}: {usd(mine.get('conversion_usd'))} vs "
-                 f"{usd(theirs.get('conversion_usd'))} to convert, {usd(mine.get('storage_usd_per_month'))} vs "
-                 f"{usd(theirs.get('storage_usd_per_month'))} a month in S3, S3 requests per 1,000 reads "
-                 f"{requests}: {usd(cheaper['cost'])} vs {usd(cheaper['instead_of_cost'])} over "
-                 f"{yardstick['months']} months at {yardstick['reads_per_month']:,} reads a month")
-    against = f" Against the original: {measured_against}." if measured_against else ""
-    over = next((b for b in budgets or [] if b["variant"] == variant and b["within_budget"] is False), None)
-    flag = f" Size budget: {variant} adds {budget.budget_text(over)}." if over else ""
-    return f"On {platform}, keep {variant}: {choice['why']}{tail}.{against}{flag}{_unseparated_text(choice)}"
-
-
-def _unseparated_text(choice: dict) -> str:
-    """Says so when the evidence cannot separate the kept variant from others, and what would."""
-    rivals = choice.get("unseparated") or {}
-    if not rivals:
-        return ""
-    variant = choice["variant"]
-    whose = f"{variant}'s"
-    listed = "; ".join(f"{other} ({_comparison_text(c, whose)})" for other, c in sorted(rivals.items()))
-    return (f" The evidence cannot separate {variant} from {', '.join(sorted(rivals))} on {', '.join(choice['on'])}: "
-            f"{listed}. More repetitions of these variants' cases on those patterns (the plan's max_repetitions) "
-            f"would tell whether one reads faster; until then another run may keep any of them.")
 
 
 # -- the seeds' effect --------------------------------------------------------------
@@ -706,7 +405,7 @@ def paged_reader_effect_text(rows: list[dict]) -> str:
         by_variant[row["variant"]].append(row)
     parts = []
     for variant, group in by_variant.items():
-        measured_text = "; ".join(f"{r['pattern']} {_interval_text(r, BASELINE)}" for r in group)
+        measured_text = "; ".join(f"{r['pattern']} {interval_text(r, BASELINE)}" for r in group)
         parts.append(f"{variant} read with {ALIGNED_READER} against the original read with {DEFAULT_READER} "
                      f"(Lopez et al.): {measured_text}")
     return ". ".join(parts)
