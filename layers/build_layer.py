@@ -56,6 +56,8 @@ PACKAGE_SOURCE = ROOT / "functions" / "layoutlab"
 
 def _runtime_config():
     """cdk/layoutlab_cdk/config.py, loaded by path: the one place the runtime's version is written."""
+    if str(ROOT / "functions") not in sys.path:
+        sys.path.insert(0, str(ROOT / "functions"))  # it imports the environments' schema from layoutlab
     spec = importlib.util.spec_from_file_location("layoutlab_cdk_config", ROOT / "cdk" / "layoutlab_cdk" / "config.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up there

@@ -16,7 +16,6 @@ reads the same variable, with the defaults when it is unset.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 
 from layoutlab.errors import UserError
@@ -89,12 +88,6 @@ class Ceilings:
         except ValueError as error:
             raise UserError(f"{where}: not JSON: {error}") from None
         return cls.from_mapping(mapping, where)
-
-    @classmethod
-    def from_env(cls, environ=None) -> "Ceilings":
-        environ = os.environ if environ is None else environ
-        text = environ.get(ENV_VARIABLE)
-        return cls.from_json(text) if text else cls()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     unwind_on_sigterm()  # a stopped command removes what it half wrote, as on Ctrl-C
     try:
+        from layoutlab import settings
+
+        settings.check()  # a bad LAYOUTLAB_* value: one line naming it, before the command starts
         result = args.func(args)
     except Terminated as stop:
         print(f"layoutlab {args.command}: {stop}; partial outputs removed", file=sys.stderr)

@@ -29,9 +29,10 @@ import signal
 import time
 import traceback
 
+from layoutlab import settings
 from layoutlab.errors import BadInputFile, UserError
 
-DEFAULT_STALL_SECONDS = float(os.environ.get("LAYOUTLAB_STALL_SECONDS", "60"))
+DEFAULT_STALL_SECONDS = None  # None: LAYOUTLAB_STALL_SECONDS, read when a guarded call starts
 # A spinning child is runnable (on a CPU or queued for one) nearly all the time; a child waiting
 # on I/O or a lock is not.
 BUSY_SHARE = 0.8
@@ -43,7 +44,7 @@ class GuardedCallFailed(RuntimeError):
 
 
 def _can_guard() -> bool:
-    return hasattr(os, "fork") and os.path.exists("/proc/self/io") and os.environ.get("LAYOUTLAB_NO_GUARD") != "1"
+    return hasattr(os, "fork") and os.path.exists("/proc/self/io") and not settings.value("LAYOUTLAB_NO_GUARD")
 
 
 def _io_and_cpu(pid: int) -> tuple[int, float] | None:
@@ -79,7 +80,10 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
     """
     if not _can_guard():
         return fn(*args, **kwargs)
-    stall = DEFAULT_STALL_SECONDS if stall_seconds is None else float(stall_seconds)
+    if stall_seconds is None:
+        stall_seconds = DEFAULT_STALL_SECONDS if DEFAULT_STALL_SECONDS is not None else \
+            settings.value("LAYOUTLAB_STALL_SECONDS")
+    stall = float(stall_seconds)
     read_end, write_end = os.pipe()
     # Objects that exist before the fork go to the collector's permanent generation:
     # the child's collections then neither scan them nor write to their pages (which

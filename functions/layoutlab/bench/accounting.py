@@ -37,8 +37,9 @@ Cloud code: nothing here imports ``layoutlab.local``.
 from __future__ import annotations
 
 import json
-import os
 import threading
+
+from layoutlab import settings
 
 KINDS = ("get", "head", "list", "other")
 _KIND_OF_OPERATION = {
@@ -288,7 +289,7 @@ class ProxyCounter:
     """
 
     def __init__(self, latency_ms: float | None = None, bandwidth_mbps: float | None = None):
-        self.control = os.environ.get("LAYOUTLAB_PROXY_CONTROL")
+        self.control = settings.value("LAYOUTLAB_PROXY_CONTROL") or None
         self.client = None
         if self.control:
             # a case's client: while it is open the local S3 refuses reads that did not cross it (case_guard)

@@ -31,6 +31,7 @@ import os
 import time
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab import storage
 from layoutlab.bench.accounting import CASE_ACCESS_KEY, ProxyCounter
 from layoutlab.errors import UserError
@@ -253,7 +254,7 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900, memor
     # child waiting forever). Otherwise, or when LAYOUTLAB_BENCH_CHILD=interpreter asks, a new interpreter.
     import threading
 
-    fresh = os.environ.get(BENCH_CHILD_ENV) == "interpreter" or threading.active_count() > 1
+    fresh = settings.value(BENCH_CHILD_ENV) == "interpreter" or threading.active_count() > 1
     outcome = (run_isolated if fresh else run_forked)("layoutlab.bench.runner:run_case", case,
                                                       memory_mb=profile.memory_mb, env=env, cpu=cpu, timeout=timeout)
     isolation = {"fresh_process": True, "child": "interpreter" if fresh else "fork", "cpu": outcome.cpu,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 DESCRIPTION = """\
@@ -94,29 +93,12 @@ def default_cdk_json() -> Path:
     return CHECKOUT / "cdk.json" if (CHECKOUT / "cdk.json").exists() else Path.cwd() / "cdk.json"
 
 
-def _config_module(app_dir: Path):
-    """The CDK app's own config module, cdk/layoutlab_cdk/config.py beside cdk.json or in this
-    checkout (it imports aws_cdk only inside the one method that needs it)."""
-    import importlib
-
-    from layoutlab.errors import UserError
-
-    found = [d / "cdk" for d in (app_dir, CHECKOUT) if (d / "cdk" / "layoutlab_cdk" / "config.py").exists()]
-    if not found:
-        raise UserError(f"{app_dir / 'cdk' / 'layoutlab_cdk' / 'config.py'}: not found "
-                        "(doctor reads cdk.json with the CDK app's own config module)")
-    cdk_dir = found[0]
-    if str(cdk_dir) not in sys.path:
-        sys.path.insert(0, str(cdk_dir))  # as cdk/app.py does
-    return importlib.import_module("layoutlab_cdk.config")
-
-
 def load_environment(env_name: str, cdk_json: Path | None = None):
-    """The environment's EnvConfig and what ``config.validate`` finds wrong with it.
+    """The environment's EnvConfig and what ``environments.validate`` finds wrong with it.
 
-    ``config.load`` refuses an environment with problems; doctor still wants the sizes to
+    ``environments.load`` refuses an environment with problems; doctor still wants the sizes to
     check the account, so it reads them with ``check=False`` and lists the problems itself
-    (the rules stay in config.py alone).
+    (the rules stay in layoutlab/environments.py alone, which the CDK app uses too).
     """
     import json
 
@@ -129,12 +111,13 @@ def load_environment(env_name: str, cdk_json: Path | None = None):
         raise UserError(f"{cdk_json}: no such file (pass --cdk-json)") from None
     except json.JSONDecodeError as error:
         raise UserError(f"{cdk_json}: not JSON: {error}") from None
-    module = _config_module(cdk_json.resolve().parent)
+    from layoutlab import environments
+
     try:
-        config = module.load(context, env_name, check=False)
-    except module.ConfigError as error:  # not a size problem: a missing environment or setting
+        config = environments.load(context, env_name, check=False)
+    except environments.ConfigError as error:  # not a size problem: a missing environment or setting
         raise UserError(str(error)) from None
-    return config, module.validate(config), context
+    return config, environments.validate(config), context
 
 
 # ---- the account --------------------------------------------------------------------------

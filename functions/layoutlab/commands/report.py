@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.errors import BadInputFile, UserError
 
 DESCRIPTION = """\
@@ -72,7 +73,7 @@ def load_items(args) -> tuple[list[dict], str]:
     if args.results:
         return load_items_file(args.results), str(args.results)
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
-    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or os.environ.get("LAYOUTLAB_RESULTS_TABLE")
+    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or settings.value("LAYOUTLAB_RESULTS_TABLE") or None
     if not endpoint and not args.env and not args.table:
         from layoutlab.commands.results import _local_endpoint
 

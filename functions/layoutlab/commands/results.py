@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from layoutlab import settings
 from layoutlab.errors import UserError
 
 RESULT_COLUMNS = [
@@ -134,7 +135,7 @@ def run(args) -> int:
 
     kind = args.kind or (None if args.dataset else "RESULT")
     endpoint = args.endpoint or os.environ.get("AWS_ENDPOINT_URL")
-    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or os.environ.get("LAYOUTLAB_RESULTS_TABLE")
+    table = args.table or (f"layoutlab-{args.env}-results" if args.env else None) or settings.value("LAYOUTLAB_RESULTS_TABLE") or None
     args.aws = args.aws or bool(args.env)
     if endpoint and not table and not args.aws:
         from layoutlab.local.cloud import LocalCloud

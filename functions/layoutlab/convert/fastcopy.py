@@ -18,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import importlib.util
-import os
 import sys
 from pathlib import Path
+
+from layoutlab import settings
 
 _module = None
 _unavailable_reason: str | None = None
@@ -44,7 +45,7 @@ def _load():
     global _module, _unavailable_reason
     if _module is not None or _unavailable_reason is not None:
         return
-    if os.environ.get("LAYOUTLAB_FASTCOPY", "1") == "0":
+    if not settings.value("LAYOUTLAB_FASTCOPY"):
         _unavailable_reason = "turned off (LAYOUTLAB_FASTCOPY=0)"
         return
     try:

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from layoutlab import settings
 from layoutlab.convert.virtual import _attrs, icechunk_storage
 
 
@@ -46,12 +47,11 @@ def _writable(obj) -> bool:
 
 def _check_output(f, chunks: dict, shards: dict | None, ceilings, local_path: str) -> None:
     """Refuse, before the repository exists, a file whose declared shapes would exceed ``ceilings``."""
-    from layoutlab.ceilings import Ceilings
     from layoutlab.convert import rechunk_plan as planner
     from layoutlab.errors import BadInputFile
     from layoutlab.hdf5_input import data_outside_file
 
-    tally = planner.output_tally(ceilings or Ceilings.from_env(), os.path.getsize(local_path))
+    tally = planner.output_tally(ceilings or settings.value(settings.CEILINGS), os.path.getsize(local_path))
     found = []
     f.visititems(lambda name, obj: found.append((name, obj))
                  if _writable(obj) and data_outside_file(obj) is None else None)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from layoutlab import settings
+
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02  # <linux/falloc.h>
 
 
@@ -30,7 +32,7 @@ def preallocate(path, nbytes: int) -> int | None:
     the C library's ``fallocate`` through ctypes.
     """
     fallocate = _fallocate()
-    if os.environ.get("LAYOUTLAB_PREALLOCATE", "1") == "0" or fallocate is None:
+    if not settings.value("LAYOUTLAB_PREALLOCATE") or fallocate is None:
         return None
     fd = os.open(path, os.O_WRONLY)
     if fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, nbytes) != 0:  # e.g. EOPNOTSUPP, or ENOSPC: write as usual

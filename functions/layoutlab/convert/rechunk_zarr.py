@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from layoutlab.ceilings import Ceilings
+from layoutlab import settings
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.storage import S3Location, is_s3_url
@@ -817,7 +817,7 @@ def plan_rechunk(
     source_concurrency = 1 if kind == "hdf5" else planner.MAX_IO_CONCURRENCY
     plan_vars: dict[str, dict] = {}
     units: list[dict] = []
-    tally = planner.output_tally(ceilings or Ceilings.from_env(), _stored_bytes(src, kind))
+    tally = planner.output_tally(ceilings or settings.value(settings.CEILINGS), _stored_bytes(src, kind))
     for array in arrays:
         target = _target_chunks(array, chunks, target_bytes)
         shard_shape = _target_shards(array, shards, target)

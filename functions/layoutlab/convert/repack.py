@@ -14,8 +14,7 @@ This module imports h5py only when the Python engine or ``--verify`` runs.
 
 from __future__ import annotations
 
-import os
-
+from layoutlab import settings
 from layoutlab.convert.repack_common import (
     DEFAULT_PAGE_SIZE,
     CopyDiffers,
@@ -23,17 +22,12 @@ from layoutlab.convert.repack_common import (
     checked_options,
 )
 
-ENGINES = ("native", "python")
+ENGINES = settings.REPACK_ENGINES
 
 
 def chosen_engine() -> str:
     """``LAYOUTLAB_REPACK_ENGINE`` (native | python; default native, which falls back by itself)."""
-    engine = os.environ.get("LAYOUTLAB_REPACK_ENGINE", "native") or "native"
-    if engine not in ENGINES:
-        from layoutlab.errors import UserError
-
-        raise UserError(f"LAYOUTLAB_REPACK_ENGINE={engine!r}: expected one of {', '.join(ENGINES)}")
-    return engine
+    return settings.value("LAYOUTLAB_REPACK_ENGINE")
 
 
 def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,

@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.convert import fastcopy
 from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.convert.repack_common import (
@@ -35,7 +36,7 @@ SOURCE_CHUNK_CACHE_SLOTS = 4_099  # (as the Python engine: every open dataset al
 
 def unavailable_reason() -> str | None:
     """Why the native engine cannot run here (None: it can)."""
-    if os.environ.get("LAYOUTLAB_NATIVE_REPACK", "1") == "0":
+    if not settings.value("LAYOUTLAB_NATIVE_REPACK"):
         return "is turned off (LAYOUTLAB_NATIVE_REPACK=0)"
     reason = fastcopy.unavailable_reason()
     return f"is unavailable: C code {reason}" if reason else None

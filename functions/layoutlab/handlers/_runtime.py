@@ -13,8 +13,12 @@ import os
 from aws_lambda_powertools import Logger, Metrics
 
 from layoutlab import observability as obs
+from layoutlab import settings as settings_module
 from layoutlab.process_environment import hide_initial_environment
 from layoutlab.settings import Settings
+
+# A bad value in any LAYOUTLAB_* variable fails the cold start with one line naming it.
+settings_module.check()
 
 # Before any user's file is opened: /proc/self/environ (where Lambda's role credentials would show)
 # reads as empty from here on; the process keeps its environment.
@@ -59,7 +63,7 @@ def results_store():
 
 def platform_memory_mb() -> int | None:
     """Memory of the platform this code runs as (``LAYOUTLAB_PLATFORM``), if known."""
-    name = os.environ.get("LAYOUTLAB_PLATFORM")
+    name = settings_module.value("LAYOUTLAB_PLATFORM")
     if not name:
         return None
     from layoutlab.platforms import platform_profile

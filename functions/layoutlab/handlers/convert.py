@@ -20,9 +20,9 @@ def run(event: dict) -> dict:
     result = convert_variant(event, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb(),
                              ceilings=settings().ceilings)
     if "convert_s" in result:
-        import os
+        from layoutlab import settings as settings_module
 
-        platform = os.environ.get("LAYOUTLAB_PLATFORM", "local")
+        platform = settings_module.value("LAYOUTLAB_PLATFORM") or "local"
         for spec, value in ((obs.CONVERT_WALL_TIME, result["convert_s"]), (obs.CONVERT_OUTPUT_BYTES, result["size_bytes"])):
             emit(spec, value, **{obs.Dimension.VARIANT: result["variant"], obs.Dimension.PLATFORM: platform})
     return result

@@ -10,10 +10,11 @@ Functions reports as States.TaskFailed.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-PAYLOAD_ENV = "LAYOUTLAB_TASK_PAYLOAD"
+from layoutlab import settings
+
+PAYLOAD_ENV = settings.TASK_PAYLOAD
 TASKS = ("convert", "bench")
 
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     unwind_on_sigterm()  # ECS stops a task with SIGTERM: the convert step then deletes what it half wrote
     try:
-        result = run_task(kind, os.environ.get(PAYLOAD_ENV))
+        result = run_task(kind, settings.value(PAYLOAD_ENV))
     except SystemExit:
         raise
     except Terminated as stop:

@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.bench.isolation import IsolatedResult, result_of
 
 ARTIFACTS_ENV = "LAYOUTLAB_ARTIFACTS"
@@ -64,7 +65,7 @@ class Artifacts:
     @classmethod
     def locate(cls) -> "Artifacts":
         """``LAYOUTLAB_ARTIFACTS``, else the checkout's ``layers/build``; checked before use."""
-        root = Path(os.environ.get(ARTIFACTS_ENV) or _checkout_root() / "layers" / "build")
+        root = Path(settings.value(ARTIFACTS_ENV) or _checkout_root() / "layers" / "build")
         artifacts = cls(root.resolve())
         artifacts.check()
         return artifacts
@@ -250,7 +251,7 @@ class TaskHost:
                     "target": target, "payload": payload, "cpu": cpu, "memory_mb": memory_mb, "timeout": timeout,
                     "env": env, "scratch": scratch,
                     "scratch_limit_bytes": scratch_limit_mb * 2**20 if scratch_limit_mb else None,
-                    "fresh": os.environ.get(FRESH_ENV) == "1",
+                    "fresh": settings.value(FRESH_ENV),
                     "request_path": str(work / "request.json"), "result_path": str(work / "result.json"),
                     "output_path": str(work / "output.txt"),
                 }

@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.bench.accounting import http_json
 from layoutlab.local.proxy import DEFAULT_BANDWIDTH_MBPS, DEFAULT_LATENCY_MS
 
@@ -51,8 +52,8 @@ def use_local_credentials() -> None:
 
 def state_dir() -> Path:
     """Per-user directory for the state of ``layoutlab local up``."""
-    if os.environ.get("LAYOUTLAB_STATE_DIR"):
-        return Path(os.environ["LAYOUTLAB_STATE_DIR"])
+    if settings.value("LAYOUTLAB_STATE_DIR"):
+        return Path(settings.value("LAYOUTLAB_STATE_DIR"))
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
     return Path(base) / "layoutlab"
 

@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.ceilings import ENV_VARIABLE as CEILINGS_VARIABLE
 from layoutlab.ceilings import Ceilings
 from layoutlab.local import sfn_adapter
@@ -54,19 +55,12 @@ LAMBDA_TIMEOUT_ERROR = "Sandbox.Timedout"
 
 def task_timeouts(environ=None) -> dict[str, float]:
     """``TASK_TIMEOUT_S`` with the overrides of ``LAYOUTLAB_TASK_TIMEOUT_S``; a clear error for bad ones."""
-    environ = os.environ if environ is None else environ
     timeouts = dict(TASK_TIMEOUT_S)
-    text = environ.get(TASK_TIMEOUT_ENV)
-    if text:
-        try:
-            overrides = json.loads(text)
-        except ValueError as error:
-            raise ValueError(f"{TASK_TIMEOUT_ENV}={text!r} is not JSON ({error})") from None
-        for name, seconds in (overrides.items() if isinstance(overrides, dict) else [(None, None)]):
-            if name not in TASK_TIMEOUT_S or not isinstance(seconds, (int, float)) or seconds <= 0:
-                raise ValueError(f"{TASK_TIMEOUT_ENV}={text!r}: expected {{task: seconds > 0}} with task one of "
-                                 f"{', '.join(TASK_TIMEOUT_S)}")
-            timeouts[name] = float(seconds)
+    for name, seconds in settings.value(TASK_TIMEOUT_ENV, environ).items():
+        if name not in TASK_TIMEOUT_S or not isinstance(seconds, (int, float)) or seconds <= 0:
+            raise ValueError(f"{TASK_TIMEOUT_ENV}: {name!r}: {seconds!r}: expected {{task: seconds > 0}} with task "
+                             f"one of {', '.join(TASK_TIMEOUT_S)}")
+        timeouts[name] = float(seconds)
     return timeouts
 
 
@@ -153,9 +147,8 @@ def _cdk_environment() -> dict | None:
 def local_ceilings(environ=None) -> str:
     """``LAYOUTLAB_CEILINGS`` of the local run, as the CDK app gives it: the value the local cloud was
     started with (to try other ceilings), else cdk.json's ``dev`` ceilings (layoutlab's defaults where absent)."""
-    environ = os.environ if environ is None else environ
-    if environ.get(CEILINGS_VARIABLE):
-        return Ceilings.from_json(environ[CEILINGS_VARIABLE]).to_json()
+    if settings.given(CEILINGS_VARIABLE, environ):
+        return settings.value(CEILINGS_VARIABLE, environ).to_json()
     env = _cdk_environment() or {}
     return Ceilings.from_mapping(env.get("ceilings", {}), f"cdk.json: {LOCAL_SIZES_ENV}.ceilings").to_json()
 
@@ -201,7 +194,7 @@ class Dispatcher:
         self.scratch_mb = ephemeral_storage_mb()
         # In AWS a task's stdout/stderr goes to CloudWatch Logs; locally it is kept only when
         # LAYOUTLAB_TASK_LOG names a file (appended to), e.g. to read or scan the tasks' logs.
-        self._task_log = os.environ.get(TASK_LOG_ENV)
+        self._task_log = settings.value(TASK_LOG_ENV) or None
 
     def _task_output(self, printed: bytes) -> None:
         if self._task_log and printed:
@@ -282,7 +275,7 @@ class Dispatcher:
             raise sfn_adapter.TaskFailed("States.TaskFailed", f"no local task definition {definition!r}")
         overrides = (parameters.get("Overrides") or {}).get("ContainerOverrides") or [{}]
         env = {e["Name"]: e["Value"] for e in overrides[0].get("Environment", [])}
-        payload = json.loads(env.get("LAYOUTLAB_TASK_PAYLOAD", "{}"))
+        payload = json.loads(settings.value(settings.TASK_PAYLOAD, env) or "{}")  # (the task's environment)
         platform = payload.get("platform", "local-fargate") if kind == "bench" else "local-fargate"
         self._run("fargate", f"task:{kind}", None, platform, self.timeouts[kind], self.scratch_mb[f"fargate-{kind}"],
                   env=env)

@@ -49,6 +49,7 @@ def set_sys_path(kind: str) -> None:
     """``sys.path`` as the platform makes it (see the module's docstring)."""
     if kind == "lambda":
         task_root = os.environ["LAMBDA_TASK_ROOT"]
+        # read raw: layoutlab (and its settings) becomes importable only once this path is set
         layer = os.path.join(os.environ["LAYOUTLAB_LAYER_ROOT"], "python")
         version = f"python{sys.version_info.major}.{sys.version_info.minor}"
         front = [task_root, os.path.join(layer, "lib", version, "site-packages"), layer]
@@ -64,9 +65,11 @@ class LambdaContext:
     def __init__(self, name: str, memory_mb: int, timeout_s: float):
         import uuid
 
+        from layoutlab import settings  # (sys.path is the platform's by now: set_sys_path ran)
+
         self.function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", name)
         self.function_version = "$LATEST"
-        self.invoked_function_arn = os.environ.get("LAYOUTLAB_FUNCTION_ARN", "")
+        self.invoked_function_arn = settings.value("LAYOUTLAB_FUNCTION_ARN")
         self.memory_limit_in_mb = memory_mb
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{self.function_name}"

@@ -10,9 +10,9 @@ returns exactly the fields ``stepfunctions/README.md`` promises.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
+from layoutlab import settings as variables
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
 from layoutlab.guard import run_guarded
@@ -21,35 +21,31 @@ from layoutlab.pipeline.case_reads import check_case_reads
 from layoutlab.pipeline.facts import dataset_facts
 from layoutlab.storage import versioned_url
 
-DEFAULT_MAX_CONCURRENCY = {"convert": 4, "work_units": 20, "bench": 20}
-LOCAL_PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
+DEFAULT_MAX_CONCURRENCY = variables.DEFAULT_MAX_CONCURRENCY
+LOCAL_PLATFORMS = variables.LOCAL_PLATFORMS
 
 
 @dataclass
 class PlanSettings:
     outputs_bucket: str
     platforms: dict = field(default_factory=lambda: dict(LOCAL_PLATFORMS))
-    fargate_convert_above_bytes: int = 8 * 2**30
-    work_units_above_bytes: int = 4 * 2**30
+    fargate_convert_above_bytes: int = variables.default("LAYOUTLAB_FARGATE_CONVERT_ABOVE_BYTES")
+    work_units_above_bytes: int = variables.default("LAYOUTLAB_WORK_UNITS_ABOVE_BYTES")
     max_concurrency: dict = field(default_factory=lambda: dict(DEFAULT_MAX_CONCURRENCY))
-    tolerated_failure_percentage: float = 25.0
+    tolerated_failure_percentage: float = variables.default("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE")
     ceilings: Ceilings = field(default_factory=Ceilings)
 
     @classmethod
     def from_env(cls, outputs_bucket: str, environ=None) -> "PlanSettings":
-        env = os.environ if environ is None else environ
-        settings = cls(outputs_bucket=outputs_bucket)
-        if env.get("LAYOUTLAB_PLATFORMS"):
-            settings.platforms = json.loads(env["LAYOUTLAB_PLATFORMS"])
-        for name in ("fargate_convert_above_bytes", "work_units_above_bytes"):
-            if env.get(f"LAYOUTLAB_{name.upper()}"):
-                setattr(settings, name, int(env[f"LAYOUTLAB_{name.upper()}"]))
-        if env.get("LAYOUTLAB_MAX_CONCURRENCY"):
-            settings.max_concurrency = {**DEFAULT_MAX_CONCURRENCY, **json.loads(env["LAYOUTLAB_MAX_CONCURRENCY"])}
-        if env.get("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"):
-            settings.tolerated_failure_percentage = float(env["LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"])
-        settings.ceilings = Ceilings.from_env(env)
-        return settings
+        def read(name: str):
+            return variables.value(name, environ)
+
+        return cls(outputs_bucket=outputs_bucket, platforms=read("LAYOUTLAB_PLATFORMS"),
+                   fargate_convert_above_bytes=read("LAYOUTLAB_FARGATE_CONVERT_ABOVE_BYTES"),
+                   work_units_above_bytes=read("LAYOUTLAB_WORK_UNITS_ABOVE_BYTES"),
+                   max_concurrency=read("LAYOUTLAB_MAX_CONCURRENCY"),
+                   tolerated_failure_percentage=read("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE"),
+                   ceilings=read(variables.CEILINGS))
 
 
 def resolve_platforms(requested: list[str], available: dict) -> tuple[list[str], dict]:

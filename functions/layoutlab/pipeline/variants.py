@@ -12,11 +12,11 @@ scratch space (Lambda's /tmp, a Fargate task's disk) and never written.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import BadInputFile
 from layoutlab.storage import S3Location
@@ -192,7 +192,7 @@ def _record_ready(task: dict, s3, store, detail: dict, started: float) -> dict:
         # for a fanned-out rechunk: the units' summed seconds plus the publish step's own
         "convert_s": time.perf_counter() - started + float(detail.get("units_seconds") or 0.0),
         "peak_rss_mb": _peak_rss_mb(),
-        "platform": os.environ.get("LAYOUTLAB_PLATFORM", "local"), "spec": spec, **detail,
+        "platform": settings.value("LAYOUTLAB_PLATFORM") or "local", "spec": spec, **detail,
     }
     store.put_variant(dataset_id, spec["name"], **item)
     return {"variant": spec["name"], "size_bytes": size, "convert_s": item["convert_s"]}

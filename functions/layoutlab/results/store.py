@@ -26,6 +26,7 @@ import os
 from decimal import Decimal
 from typing import Iterable, Iterator
 
+from layoutlab import settings
 from layoutlab.storage import aws_region
 
 PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "pattern_pk", "pattern_sk"
@@ -103,7 +104,7 @@ class ResultsStore:
     def __init__(self, table_name: str | None = None, endpoint_url: str | None = None):
         import boto3
 
-        self.table_name = table_name or os.environ.get(TABLE_ENV) or DEFAULT_TABLE
+        self.table_name = table_name or settings.value(TABLE_ENV) or DEFAULT_TABLE
         endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL")
         self._resource = boto3.resource("dynamodb", endpoint_url=endpoint, region_name=aws_region())
         self.table = self._resource.Table(self.table_name)
