@@ -118,7 +118,10 @@ def test_a_virtual_winner_s_recipe_has_its_step_and_the_settings_and_versions_it
             ("original", "h5py-s3fs-default", 1.0, {"library": "h5py+s3fs", "cache_type": "ReadAheadCache",
                                                     "block_size": 52428800, "page_buf_size": 0}),
             ("icechunk-virtual", "icechunk", 0.2, {"library": "icechunk+zarr", "icechunk": "2.3.0", "zarr": "3.4.2",
-                                                    "snapshot": "SNAP123", "max_concurrent_requests": None})):
+                                                    "snapshot": "SNAP123", "max_concurrent_requests": None,
+                                                    # as the reader records it: a list (the summary once
+                                                    # failed on it with "unhashable type: 'list'")
+                                                    "virtual_containers": ["s3://layoutlab-local-ingest/"]})):
         for rep in range(3):
             results.append({"kind": "RESULT", "dataset": "g", "variant": variant, "pattern": "beam-read",
                             "reader": reader, "platform": "local-lambda", "repetition": rep,

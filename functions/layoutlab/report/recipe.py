@@ -11,6 +11,8 @@ results --kind SUMMARY`` and the report show the text.
 
 from __future__ import annotations
 
+import json
+
 import re
 from collections import Counter
 
@@ -211,14 +213,16 @@ def read_settings(results: list[dict], platform: str, variant: str, best_reader_
     """reader -> the settings its RESULT records on ``platform`` for ``variant`` ran with (most common)."""
     out = {}
     for reader in sorted(set(best_reader_by_pattern.values())):
-        seen = Counter()
+        seen: Counter = Counter()
         for r in results:
             if (r.get("platform"), r.get("variant"), r.get("reader")) == (platform, variant, reader):
                 settings = {k: v for k, v in (r.get("reader_settings") or {}).items()
                             if k not in ("h5py", "hdf5", "zarr", "xarray", "library")}
-                seen[tuple(sorted(settings.items(), key=lambda kv: kv[0]))] += 1
+                # counted by their JSON text: a setting may be a list or a mapping (an Icechunk repository's
+                # virtual chunk containers), which no tuple of items can hold as a key
+                seen[json.dumps(settings, sort_keys=True, default=str)] += 1
         if seen:
-            settings = dict(seen.most_common(1)[0][0])
+            settings = json.loads(seen.most_common(1)[0][0])
             out[reader] = {"patterns": sorted(p for p, rd in best_reader_by_pattern.items() if rd == reader),
                            "settings": settings, "python": _reader_text(reader, settings)}
     return out
