@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from layoutlab import kinds
 from layoutlab import settings as variables
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
@@ -73,10 +74,10 @@ def resolve_platforms(requested: list[str], available: dict) -> tuple[list[str],
 
 
 def variant_uri(outputs_bucket: str, dataset_id: str, spec: dict, source_url: str) -> str:
-    if spec["kind"] == "original":
+    kind = kinds.get(spec["kind"])
+    if not kind.converted:
         return source_url
-    suffix = {"zarr": ".zarr", "kerchunk": ".json", "icechunk": ".icechunk"}.get(spec["format"], ".h5")
-    return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{suffix}"
+    return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{kind.suffix}"
 
 
 def _put_json(s3, bucket: str, key: str, value) -> None:
@@ -112,19 +113,20 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     # References over a paged variant are built by that variant's own convert task, after it published it
     derived = {}
     for spec in specs:
-        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
-            derived.setdefault(spec["over"], []).append(spec)
+        if builder := kinds.get(spec["kind"]).built_by(spec):
+            derived.setdefault(builder, []).append(spec)
     for spec in specs:
         produced.append(spec)
         if spec["name"] in derived:
             spec = {**spec, "derived": derived[spec["name"]]}
         base = {"dataset_id": dataset_id, "source": source, "variant": spec}
-        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
+        kind = kinds.get(spec["kind"])
+        if kind.built_by(spec):
             continue
-        if spec["kind"] == "original":
-            store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
+        if not kind.converted:
+            store.put_variant(dataset_id, spec["name"], uri=source_url, format=spec["format"], variant_kind=kind.name,
                               size_bytes=size, status="READY")
-        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url, settings.ceilings)):
+        elif kind.fans_out and size > fan_out_above and (units := kind.prepare_work_units(spec, source_url, settings.ceilings)):
             # Units of every stage go into the one Map, stage 0 first (the plan's order), so
             # a stage-1 unit rarely finds a stage-0 unit it reads not done yet (it then runs it).
             work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
@@ -157,25 +159,3 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
         "max_concurrency": concurrency,
         "tolerated_failure_percentage": settings.tolerated_failure_percentage,
     }
-
-
-def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
-    """Options of ``plan_rechunk``/``rechunk``; the bound is the smaller of the variant's
-    ``max_mem`` and what the task's platform leaves (``max_mem``), when either is given."""
-    from layoutlab.pipeline.plan import parse_size
-
-    options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
-    if spec.get("compressor"):
-        options["compressor"] = spec["compressor"]
-    bounds = [b for b in (parse_size(spec["max_mem"]) if spec.get("max_mem") else None, max_mem) if b]
-    if bounds:
-        options["max_mem"] = min(bounds)
-    return options
-
-
-def _prepare_rechunk(spec: dict, source_url: str, ceilings: Ceilings) -> int:
-    """Stage the target and return its number of work units (of all stages: they run in any order)."""
-    from layoutlab.convert.rechunk_zarr import plan_rechunk
-
-    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, ceilings=ceilings, **rechunk_options(spec))
-    return len(rechunk_plan["units"])
