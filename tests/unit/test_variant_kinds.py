@@ -105,10 +105,10 @@ class Copy(VariantKind):
     def expand(self, entry, facts):
         return [{**entry, "name": f"copy-{entry.get('label', 'plain')}", "format": self.format}]
 
-    def convert(self, task, s3, context):
+    def convert(self, spec, source, s3, context):
         with tempfile.TemporaryDirectory() as scratch:
-            path = download(s3, task["source"], scratch)
-            publish(s3, path, S3Location.parse(task["variant"]["uri"]))
+            path = download(s3, source, scratch)
+            publish(s3, path, S3Location.parse(spec["uri"]))
         return {"copied": True}
 
     def make_steps(self, variant, item, variants, steps_of):

@@ -79,8 +79,9 @@ class VariantKind:
 
     # --- the convert step -------------------------------------------------------------------------
 
-    def convert(self, task: dict, s3, context: ConvertContext) -> dict:
-        """Make the variant of ``task`` (phase whole) at its ``uri``; returns what the VARIANT item records."""
+    def convert(self, spec: dict, source: dict, s3, context: ConvertContext) -> dict:
+        """Make the variant ``spec`` at its ``uri`` from the object ``source`` (``bucket``, ``key``, ``version_id``?:
+        the upload, or the variant references are built over); returns what the VARIANT item records."""
         raise NotImplementedError(f"variant kind {self.name!r} is not converted")
 
     # --- the report ------------------------------------------------------------------------------

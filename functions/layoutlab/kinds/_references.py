@@ -44,19 +44,12 @@ class ReferencesKind(VariantKind):
         """(pip pins, Python, note) of the recipe that writes these references."""
         raise NotImplementedError
 
-    def convert(self, task, s3, context):
-        """References over the original (or over the paged variant ``over_uri``)."""
+    def convert(self, spec, source, s3, context):
+        """References over ``source``: the original, or the paged variant just published."""
         from layoutlab import storage
         from layoutlab.convert import virtual
         from layoutlab.kinds._transfer import download
-        from layoutlab.storage import S3Location
 
-        spec = task["variant"]
-        if task.get("over_uri"):
-            over = S3Location.parse(task["over_uri"])
-            source = {"bucket": over.bucket, "key": over.key}
-        else:
-            source = task["source"]
         head = s3.head_object(Bucket=source["bucket"], Key=source["key"],
                               **({"VersionId": source["version_id"]} if source.get("version_id") else {}))
         url = storage.versioned_url(source["bucket"], source["key"], source.get("version_id"))

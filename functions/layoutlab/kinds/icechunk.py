@@ -18,14 +18,13 @@ class Icechunk(GridKind):
     format = "icechunk"
     suffix = ".icechunk"
 
-    def convert(self, task, s3, context):
+    def convert(self, spec, source, s3, context):
         from layoutlab.convert.icechunk_store import write_icechunk_native
         from layoutlab.kinds._transfer import download, memory_bound
 
-        spec = task["variant"]
         with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
-            source = download(s3, task["source"], scratch)
-            written = write_icechunk_native(str(source), spec["uri"], spec["chunks"], spec.get("shards"),
+            local = download(s3, source, scratch)
+            written = write_icechunk_native(str(local), spec["uri"], spec["chunks"], spec.get("shards"),
                                             memory_bound(context.memory_mb) or DEFAULT_MEMORY,
                                             ceilings=context.ceilings)
         return {"icechunk": written}

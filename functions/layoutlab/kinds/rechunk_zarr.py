@@ -45,14 +45,13 @@ class RechunkZarr(GridKind):
     fans_out = True
     options = {**GridKind.options, "compressor": {"type": "string", "maxLength": 64}}
 
-    def convert(self, task, s3, context):
+    def convert(self, spec, source, s3, context):
         from layoutlab.convert.rechunk_zarr import rechunk
         from layoutlab.kinds._transfer import download, memory_bound
 
-        spec = task["variant"]
         with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
-            source = download(s3, task["source"], scratch)
-            summary = rechunk(str(source), spec["uri"], progress=False, ceilings=context.ceilings,
+            local = download(s3, source, scratch)
+            summary = rechunk(str(local), spec["uri"], progress=False, ceilings=context.ceilings,
                               **rechunk_options(spec, memory_bound(context.memory_mb)))
         return {"rechunk": {k: v for k, v in summary.items() if k != "destination"}}
 

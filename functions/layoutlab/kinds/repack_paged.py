@@ -73,7 +73,7 @@ class PagedKind(VariantKind):
         page = spec.get("page_size")
         return {"page_size": page} if isinstance(page, int) and not isinstance(page, bool) else {}
 
-    def convert(self, task, s3, context):
+    def convert(self, spec, source, s3, context):
         """The paged copy, and how its page size was chosen: ``page_size`` "auto" is chosen here from the
         downloaded file within ``size_budget`` (convert/page_budget.py), or paging is skipped (status
         SKIPPED, nothing published); an explicit page size is the plan's."""
@@ -85,15 +85,14 @@ class PagedKind(VariantKind):
         from layoutlab.kinds._transfer import download, publish
         from layoutlab.storage import S3Location
 
-        spec = task["variant"]
         target = S3Location.parse(spec["uri"])
         budget = parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
         page_size = spec.get("page_size", 8 * 2**20)
         with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
-            source = download(s3, task["source"], scratch)
+            original = f"s3://{source['bucket']}/{source['key']}"
+            source = download(s3, source, scratch)
             out = Path(scratch) / "variant.h5"
             # guarded: a damaged file that makes libhdf5 spin is stopped in a minute, not at the task's timeout
-            original = f"s3://{task['source']['bucket']}/{task['source']['key']}"
             if is_auto(page_size):
                 try:
                     choice = run_guarded(choose_page_size, source, budget, path=original,

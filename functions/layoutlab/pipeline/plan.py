@@ -21,6 +21,7 @@ comparisons still undecided after a round (``pipeline/repetitions.py``) get
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -32,6 +33,7 @@ from layoutlab import kinds
 from layoutlab.ceilings import CeilingError, Ceilings
 from layoutlab.ceilings import over as ceiling_over
 from layoutlab.errors import UserError
+from layoutlab.pipeline.payloads import BenchCase, Schedule
 from layoutlab.kinds._grid import chunk_preset  # noqa: F401  (where benchmarks and tests find it)
 from layoutlab.units import parse_size, size_label  # noqa: F401  (the one size parser; plans' sizes are its)
 
@@ -328,33 +330,34 @@ def case_id(variant: str, pattern: str, reader: str, platform: str, repetition: 
     return f"{variant}#{pattern}#{reader}#{platform}#{repetition:03d}"
 
 
-def repeat_case(case: dict, repetition: int) -> dict:
+def repeat_case(case: BenchCase, repetition: int) -> BenchCase:
     """``case`` once more, as repetition ``repetition`` (its id, hence its RESULT key, follows)."""
-    return {**case, "repetition": repetition,
-            "case_id": case_id(case["variant"], case["pattern"], case["reader"], case["platform"], repetition)}
+    return dataclasses.replace(case, repetition=repetition,
+                               case_id=case_id(case.variant, case.pattern, case.reader, case.platform, repetition))
 
 
-def repetition_schedule(plan: dict) -> dict:
+def repetition_schedule(plan: dict) -> Schedule:
     """The rounds of repetitions: round 1 runs ``first``; each later round ``per_round`` more of the
     undecided comparisons' cases, never beyond ``max`` per case, so at most ``max_rounds`` rounds."""
     first = plan.get("repetitions", 1)
     most = plan.get("max_repetitions", first)
-    return {"first": first, "max": most, "per_round": first, "max_rounds": 1 + math.ceil((most - first) / first),
-            "resolution": float(plan.get("resolution", DEFAULT_RESOLUTION))}
+    return Schedule(first=first, max=most, per_round=first, max_rounds=1 + math.ceil((most - first) / first),
+                    resolution=float(plan.get("resolution", DEFAULT_RESOLUTION)))
 
 
-def round_repetitions(schedule: dict, round_number: int) -> range:
+def round_repetitions(schedule: Schedule, round_number: int) -> range:
     """The repetition indexes round ``round_number`` (from 1) runs: rounds never share one."""
     if round_number == 1:
-        return range(schedule["first"])
-    start = schedule["first"] + (round_number - 2) * schedule["per_round"]
-    return range(min(start, schedule["max"]), min(start + schedule["per_round"], schedule["max"]))
+        return range(schedule.first)
+    start = schedule.first + (round_number - 2) * schedule.per_round
+    return range(min(start, schedule.max), min(start + schedule.per_round, schedule.max))
 
 
 def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict]) -> list[dict]:
-    """Every benchmark case: variants x patterns x readers x platforms x repetitions.
+    """Every benchmark case, each the bench event (``payloads.BenchCase``): variants x patterns x readers x
+    platforms x repetitions.
 
-    ``variants`` are the produced variants (``name``, ``format``, ``uri``); a
+    ``variants`` are the produced variants' specs (``name``, ``kind``, ``format``, ``uri``); a
     reader runs only on the format it reads, a pattern only on the kind of
     dataset it fits (a beam read needs a granule).
     """
@@ -365,36 +368,22 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
         for variant in variants:
             readers = _for_kind(plan["readers"], variant["format"])
             known = READERS_BY_FORMAT.get(variant["format"], ())
-            options = reader_options(variant)
+            options = kinds.get(variant["kind"]).reader_options(variant) or None
             for pattern in patterns:
                 for reader in (r for r in readers if r in known):
                     for platform in plan["platforms"]:
                         kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
-                        cases.append({
-                            "case_id": case_id(variant["name"], pattern, reader, platform, repetition),
-                            "dataset_id": dataset_id,
-                            "dataset": dataset_id,
-                            "variant": variant["name"],
-                            "format": variant["format"],
-                            "target": variant["uri"],
-                            "pattern": pattern,
-                            "reader": reader,
-                            "platform": platform,
-                            "platform_kind": kind,
-                            "repetition": repetition,
-                            "params": {**_known_params(pattern, facts.pattern_params()),
-                                       **plan.get("pattern_params", {}).get(pattern, {})},
-                            **options,
-                        })
+                        cases.append(BenchCase(
+                            case_id=case_id(variant["name"], pattern, reader, platform, repetition),
+                            dataset_id=dataset_id, dataset=dataset_id, variant=variant["name"],
+                            format=variant["format"], target=variant["uri"], pattern=pattern, reader=reader,
+                            platform=platform, platform_kind=kind, repetition=repetition,
+                            params={**_known_params(pattern, facts.pattern_params()),
+                                    **plan.get("pattern_params", {}).get(pattern, {})},
+                            reader_options=options,
+                        ).to_event())
         cases += _scaling_cases(plan, facts, dataset_id, variants, repetition)
     return cases
-
-
-def reader_options(variant: dict) -> dict:
-    """``{"reader_options": ...}`` for the cases reading ``variant`` when its kind tells the reader something
-    (a paged copy's page size), else nothing (the case as it always was)."""
-    options = kinds.get(variant["kind"]).reader_options(variant)
-    return {"reader_options": options} if options else {}
 
 
 def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict], repetition: int) -> list[dict]:
@@ -424,11 +413,12 @@ def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: l
                                   "workers": n, "worker": k, "scaling": mode}
                         if scaling.get("rows_per_worker"):
                             params["rows_per_worker"] = int(scaling["rows_per_worker"])
-                        cases.append({
-                            "case_id": f"{variant['name']}#slab-read-{mode}-{n}w-{k}#{reader}#{platform}#{repetition:03d}",
-                            "dataset_id": dataset_id, "dataset": dataset_id, "variant": variant["name"],
-                            "format": variant["format"], "target": variant["uri"], "pattern": "slab-read",
-                            "reader": reader, "platform": platform, "platform_kind": kind,
-                            "repetition": repetition, "params": params, **reader_options(variant),
-                        })
+                        cases.append(BenchCase(
+                            case_id=f"{variant['name']}#slab-read-{mode}-{n}w-{k}#{reader}#{platform}#{repetition:03d}",
+                            dataset_id=dataset_id, dataset=dataset_id, variant=variant["name"],
+                            format=variant["format"], target=variant["uri"], pattern="slab-read",
+                            reader=reader, platform=platform, platform_kind=kind,
+                            repetition=repetition, params=params,
+                            reader_options=kinds.get(variant["kind"]).reader_options(variant) or None,
+                        ).to_event())
     return cases

@@ -18,6 +18,7 @@ import time
 from layoutlab import kinds, settings
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import BadInputFile
+from layoutlab.pipeline.payloads import ConvertTask
 from layoutlab.storage import S3Location
 
 
@@ -34,37 +35,35 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None, ceilings: Ceilings | None = None) -> dict:
+def convert_variant(task: ConvertTask, *, s3, store, memory_mb: int | None = None,
+                    ceilings: Ceilings | None = None) -> dict:
     """Run one convert task (phase whole, unit or publish); returns what was done. ``ceilings``: what a
     rechunk may write (objects, declared bytes), checked before it writes; the defaults when None."""
     ceilings = ceilings or Ceilings()
-    phase = task.get("phase", "whole")
-    spec = task["variant"]
-    dataset_id = task["dataset_id"]
+    spec, kind = task.variant, kinds.get(task.kind)
     started = time.perf_counter()
-    if phase == "unit":
-        done = kinds.get(spec["kind"]).run_work_unit(spec, int(task["work_unit"]["k"]))
-        store.record_unit_work(dataset_id, spec["name"], int(task["work_unit"]["k"]), done["seconds"], done["bytes"],
+    if task.phase == "unit":
+        done = kind.run_work_unit(spec, task.work_unit)
+        store.record_unit_work(task.dataset_id, task.name, task.work_unit, done["seconds"], done["bytes"],
                                skipped=bool(done.get("skipped")))
         return done
-    if phase == "publish":
-        kinds.get(spec["kind"]).publish_work_units(spec)
+    if task.phase == "publish":
+        kind.publish_work_units(spec)
         # the work units' own times (summed over parallel tasks) are the conversion's compute time
-        detail = store.unit_work(dataset_id, spec["name"])
+        detail = store.unit_work(task.dataset_id, task.name)
     else:
         try:
             detail = _convert_whole(task, s3, memory_mb, ceilings)
         except BadInputFile as error:  # this variant fails (named by the upload's key); the others go on
-            _remove_partial_output(s3, spec)
+            _remove_partial_output(s3, task)
             return _record_failure(store, task, _named_by_upload(error, task), started)
         except BaseException:  # our fault or the platform's (the state machine retries or records it): no half variant
-            _remove_partial_output(s3, spec)
+            _remove_partial_output(s3, task)
             raise
         if detail.get("status") == "SKIPPED":  # "auto" found paging of no use here: recorded, not failed
             return _record_skipped(store, task, detail, started)
     done = _record_ready(task, s3, store, detail, started)
-    for derived in spec.get("derived") or ():  # references over the variant just published
-        sub = {**task, "variant": derived, "over_uri": spec["uri"]}
+    for sub in task.derived():  # references over the variant just published
         sub_started = time.perf_counter()
         try:
             _record_ready(sub, s3, store, _convert_whole(sub, s3, memory_mb, ceilings), sub_started)
@@ -73,24 +72,28 @@ def convert_variant(task: dict, *, s3, store, memory_mb: int | None = None, ceil
     return done
 
 
-def _convert_whole(task: dict, s3, memory_mb: int | None, ceilings: Ceilings) -> dict:
-    spec = task["variant"]
-    return kinds.get(spec["kind"]).convert(task, s3, kinds.ConvertContext(memory_mb=memory_mb, ceilings=ceilings))
+def _convert_whole(task: ConvertTask, s3, memory_mb: int | None, ceilings: Ceilings) -> dict:
+    """The variant made by its kind, from the upload, or (references built in the same task) from the variant
+    just published."""
+    source = task.source
+    if task.over_uri:
+        over = S3Location.parse(task.over_uri)
+        source = {"bucket": over.bucket, "key": over.key}
+    return kinds.get(task.kind).convert(task.variant, source, s3,
+                                        kinds.ConvertContext(memory_mb=memory_mb, ceilings=ceilings))
 
 
-def _named_by_upload(error: BadInputFile, task: dict) -> str:
+def _named_by_upload(error: BadInputFile, task: ConvertTask) -> str:
     """The error's text with the scratch copy's path replaced by the upload's S3 location (the user's name)."""
-    source = task["source"]
-    upload = f"s3://{source['bucket']}/{source['key']}"
     if error.path.startswith("s3://"):
         return str(error)
-    return f"{upload}: {error.reason}"
+    return f"{task.upload_url}: {error.reason}"
 
 
-def _remove_partial_output(s3, spec: dict) -> None:
+def _remove_partial_output(s3, task: ConvertTask) -> None:
     """Delete what a failed conversion wrote under the variant's location (a Zarr/Icechunk prefix, or the key)."""
-    target = S3Location.parse(spec["uri"])
-    prefix = target.key + ("" if kinds.get(spec["kind"]).one_object else "/")
+    target = S3Location.parse(task.uri)
+    prefix = target.key + ("" if kinds.get(task.kind).one_object else "/")
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=target.bucket, Prefix=prefix):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])
@@ -100,56 +103,52 @@ def _remove_partial_output(s3, spec: dict) -> None:
     except Exception as error:  # the conversion's own error is the one to report; say that cleanup failed too
         import logging
 
-        logging.getLogger(__name__).warning("could not remove the partial output under %s: %s", spec["uri"], error)
+        logging.getLogger(__name__).warning("could not remove the partial output under %s: %s", task.uri, error)
 
 
-def _record_failure(store, task: dict, reason: str, started: float) -> dict:
+def _record_failure(store, task: ConvertTask, reason: str, started: float) -> dict:
     """A FAILURE item and a FAILURE variant record for one variant; the run and other variants go on."""
-    spec = task["variant"]
-    store.put_failure(task["dataset_id"], "convert", spec["name"], reason, variant=spec["name"],
-                      variant_kind=spec["kind"])
-    store.put_variant(task["dataset_id"], spec["name"], uri=spec["uri"], format=spec["format"],
-                      variant_kind=spec["kind"], status="FAILURE", reason=reason,
-                      convert_s=time.perf_counter() - started, spec=spec)
-    return {"variant": spec["name"], "status": "FAILURE", "reason": reason}
+    store.put_failure(task.dataset_id, "convert", task.name, reason, variant=task.name, variant_kind=task.kind)
+    store.put_variant(task.dataset_id, task.name, uri=task.uri, format=task.variant["format"],
+                      variant_kind=task.kind, status="FAILURE", reason=reason,
+                      convert_s=time.perf_counter() - started, spec=task.variant)
+    return {"variant": task.name, "status": "FAILURE", "reason": reason}
 
 
-def _record_skipped(store, task: dict, detail: dict, started: float) -> dict:
+def _record_skipped(store, task: ConvertTask, detail: dict, started: float) -> dict:
     """A SKIPPED variant record: paging chosen "auto" that cannot help this file within its size budget.
 
     Not a failure (no FAILURE item; the run's other variants and the file's results stand): the
     record says why, in ``reason`` and ``page_size_choice``. References planned over the variant
     are recorded SKIPPED too, naming it.
     """
-    spec = task["variant"]
     reason = f"paging skipped: {detail['page_size_choice']}"
-    store.put_variant(task["dataset_id"], spec["name"], uri=spec["uri"], format=spec["format"],
-                      variant_kind=spec["kind"], status="SKIPPED", reason=reason,
-                      convert_s=time.perf_counter() - started, spec=spec,
+    store.put_variant(task.dataset_id, task.name, uri=task.uri, format=task.variant["format"],
+                      variant_kind=task.kind, status="SKIPPED", reason=reason,
+                      convert_s=time.perf_counter() - started, spec=task.variant,
                       **{k: v for k, v in detail.items() if k != "status"})
-    for derived in spec.get("derived") or ():
-        store.put_variant(task["dataset_id"], derived["name"], uri=derived["uri"], format=derived["format"],
-                          variant_kind=derived["kind"], status="SKIPPED", spec=derived,
-                          reason=f"references over {spec['name']}, which was not made: {reason}")
-    return {"variant": spec["name"], "status": "SKIPPED", "reason": reason}
+    for sub in task.derived():
+        store.put_variant(sub.dataset_id, sub.name, uri=sub.uri, format=sub.variant["format"],
+                          variant_kind=sub.kind, status="SKIPPED", spec=sub.variant,
+                          reason=f"references over {task.name}, which was not made: {reason}")
+    return {"variant": task.name, "status": "SKIPPED", "reason": reason}
 
 
-def _record_ready(task: dict, s3, store, detail: dict, started: float) -> dict:
+def _record_ready(task: ConvertTask, s3, store, detail: dict, started: float) -> dict:
     from layoutlab.convert.page_budget import DEFAULT_BUDGET, parse_budget
 
-    spec = task["variant"]
-    dataset_id = task["dataset_id"]
-    target = S3Location.parse(spec["uri"])
-    kind = kinds.get(spec["kind"])
+    spec = task.variant
+    target = S3Location.parse(task.uri)
+    kind = kinds.get(task.kind)
     size = _prefix_size(s3, target.bucket, target.key + ("" if kind.one_object else "/"))
-    source_size = int(task["source"].get("size") or 0)
+    source_size = int(task.source.get("size") or 0)
     overhead = (size / source_size - 1) if source_size else None
     budget = parse_budget(detail.get("size_budget", spec.get("size_budget", DEFAULT_BUDGET)))
     if isinstance(detail.get("page_size"), int):  # the page size made, "auto" resolved (the recipe reads the spec)
         spec = {**spec, "page_size": detail["page_size"],
                 **({"page_size_requested": spec["page_size"]} if spec.get("page_size") != detail["page_size"] else {})}
     item = {
-        "uri": spec["uri"], "format": spec["format"], "variant_kind": spec["kind"], "status": "READY",
+        "uri": task.uri, "format": spec["format"], "variant_kind": task.kind, "status": "READY",
         "size_bytes": size, "source_bytes": source_size,
         "size_overhead": overhead, "size_budget": budget,
         # (references are judged by the report with the object they point at, not here)
@@ -159,5 +158,5 @@ def _record_ready(task: dict, s3, store, detail: dict, started: float) -> dict:
         "peak_rss_mb": _peak_rss_mb(),
         "platform": settings.value("LAYOUTLAB_PLATFORM") or "local", "spec": spec, **detail,
     }
-    store.put_variant(dataset_id, spec["name"], **item)
-    return {"variant": spec["name"], "size_bytes": size, "convert_s": item["convert_s"]}
+    store.put_variant(task.dataset_id, task.name, **item)
+    return {"variant": task.name, "size_bytes": size, "convert_s": item["convert_s"]}
