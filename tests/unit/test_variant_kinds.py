@@ -70,14 +70,20 @@ def test_references_over_a_paged_copy_are_built_by_that_copys_task_and_read_thro
     assert kerchunk.reads_through(item) == "paged-1MiB"
 
 
-def test_a_report_record_without_a_kind_is_not_guessed_from_its_name():
+def test_a_recorded_kind_wins_and_only_a_variant_without_one_is_known_by_the_kind_giving_its_name():
+    """The pipeline's VARIANT items carry their kind; results measured by hand (``layoutlab bench --variant
+    paged-8MiB``) have no item, and the kinds that give such names (original, the paged copies) claim them."""
     from layoutlab.report import budget
     from layoutlab.report.recipe import make_steps
 
-    assert budget.referenced_variant("kerchunk-original", {"size_bytes": 10}) is None
-    assert not budget.is_paged({"size_bytes": 10})  # (a name like paged-8MiB said "paged" before)
-    steps = make_steps("paged-8MiB", {"size_bytes": 10})
-    assert steps["commands"] == [] and steps["kind"] is None
+    assert kinds.kind_of("paged-8MiB", {"variant_kind": "rechunk-zarr"}).name == "rechunk-zarr"
+    assert kinds.kind_of("paged-8MiB", None).name == "repack-paged"
+    assert kinds.kind_of("rechunked-paged-4MiB", {}).name == "rechunked-paged"
+    assert kinds.kind_of("zarr-1x2x3", None) is None and kinds.kind_of("kerchunk-original", None) is None
+    assert budget.is_paged("paged-8MiB", None) and not budget.is_paged("paged-8MiB", {"variant_kind": "icechunk"})
+    assert budget.referenced_variant("kerchunk-original", None) is None  # (no kind claims the references' names)
+    # the page size is never read out of the name: without a record of it, the recipe says so
+    assert make_steps("paged-8MiB", None)["note"] == "the page size was not recorded with this variant"
 
 
 NEW_KIND = '''"""``copy``: the upload copied byte for byte (made by the test of a new kind: this module, nothing else)."""

@@ -17,7 +17,7 @@ import pkgutil
 
 from layoutlab.kinds._base import ConvertContext, VariantKind
 
-__all__ = ["ConvertContext", "VariantKind", "entry_schema", "get", "kind_of_item", "names", "registry"]
+__all__ = ["ConvertContext", "VariantKind", "entry_schema", "get", "kind_of", "kind_of_item", "names", "registry"]
 
 
 @functools.cache
@@ -54,6 +54,15 @@ def kind_of_item(item: dict | None) -> VariantKind | None:
     or one this code does not know."""
     item = item or {}
     return registry().get(item.get("variant_kind") or (item.get("spec") or {}).get("kind"))
+
+
+def kind_of(name: str, item: dict | None) -> VariantKind | None:
+    """The kind of variant ``name``: the one its VARIANT item records; for a variant with no item recording one
+    (measured with ``layoutlab bench --variant NAME``, outside the pipeline) the kind that gives such names."""
+    kind = kind_of_item(item)
+    if kind is not None or (item or {}).get("variant_kind") or ((item or {}).get("spec") or {}).get("kind"):
+        return kind
+    return next((k for k in registry().values() if k.gives_name(name)), None)
 
 
 def entry_schema() -> dict:

@@ -90,6 +90,12 @@ class VariantKind:
         """The variant whose bytes this one's references point at (None for a copy or the original)."""
         return None
 
+    def gives_name(self, name: str) -> bool:
+        """``name`` is one this kind gives its variants: how a variant is known when no VARIANT item records its
+        kind (results measured with ``layoutlab bench --variant NAME``, outside the pipeline); the pipeline's
+        records always carry the kind."""
+        return False
+
     def make_steps(self, variant: str, item: dict, variants: dict, steps_of) -> dict:
         """How to make ``variant`` (VARIANT item ``item``) from the upload: commands, Python, a note.
         ``steps_of(name)`` gives another variant's steps (references over a paged copy start with the copy's)."""

@@ -11,6 +11,9 @@ class Original(VariantKind):
     format = "hdf5"
     converted = False  # its VARIANT item is written by the plan step; its uri is the upload's, version pinned
 
+    def gives_name(self, name):
+        return name == self.name
+
     def make_steps(self, variant, item, variants, steps_of):
         return {"kind": self.name, "commands": [], "note": "keep the file as it is: no conversion, no extra storage"}
 

@@ -69,6 +69,9 @@ class PagedKind(VariantKind):
         return [{**entry, "page_size": page, "size_budget": parse_budget(entry.get("size_budget", DEFAULT_BUDGET)),
                  "name": f"{self.prefix}-{page if page == AUTO else size_label(page)}", "format": self.format}]
 
+    def gives_name(self, name):
+        return name.startswith(f"{self.prefix}-")
+
     def reader_options(self, spec):
         page = spec.get("page_size")
         return {"page_size": page} if isinstance(page, int) and not isinstance(page, bool) else {}

@@ -23,15 +23,15 @@ DEFAULT_SIZE_BUDGET = 0.05
 ORIGINAL = "original"
 
 
-def is_paged(item: dict | None) -> bool:
-    """The VARIANT item is of a paged HDF5 kind (as its record says: ``variant_kind``, or its spec's ``kind``)."""
-    kind = kinds.kind_of_item(item)
+def is_paged(name: str, item: dict | None) -> bool:
+    """Variant ``name`` (VARIANT item ``item``, or None) is of a paged HDF5 kind (``kinds.kind_of``)."""
+    kind = kinds.kind_of(name, item)
     return bool(kind and kind.paged)
 
 
 def referenced_variant(name: str, item: dict | None) -> str | None:
     """The variant whose bytes ``name``'s references point at (None for a copy or the original)."""
-    kind = kinds.kind_of_item(item)
+    kind = kinds.kind_of(name, item)
     return kind.reads_through(item) if kind else None
 
 
@@ -80,8 +80,8 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
     rows = []
     for name in sorted(variants, key=lambda n: (n != ORIGINAL, n)):
         item = variants[name] or {}
-        kind = kinds.kind_of_item(item)
-        kind_name = item.get("variant_kind") or (item.get("spec") or {}).get("kind")
+        kind = kinds.kind_of(name, item)
+        kind_name = item.get("variant_kind") or (item.get("spec") or {}).get("kind") or (kind.name if kind else None)
         if item.get("status") == "SKIPPED":  # "auto" paging that could not help within the budget: nothing made
             rows.append({"variant": name, "kind": kind_name, "status": "SKIPPED", "reason": item.get("reason"),
                          "size_bytes": None, "storage_bytes": None, "references": referenced_variant(name, item),

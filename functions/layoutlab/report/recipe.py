@@ -23,7 +23,7 @@ def make_steps(variant: str, item: dict | None, variants: dict[str, dict] | None
     paged copy start with the copy's steps (``variants`` holds its item)."""
     item = item or {}
     variants = variants or {}
-    kind = kinds.kind_of_item(item)
+    kind = kinds.kind_of(variant, item)
     if kind is None:  # a kind this code does not know (or none recorded): the variant's own spec, so nothing is hidden
         spec = item.get("spec") or {}
         return {"kind": item.get("variant_kind") or spec.get("kind"), "commands": [],
