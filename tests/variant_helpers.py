@@ -37,12 +37,15 @@ def pipeline_cloud():
         yield s3, pipeline_buckets_and_table(s3)
 
 
-def uploaded_variant_task(s3, source: Path, spec: dict = PAGED_SPEC) -> dict:
-    """Upload ``source`` to ``ingest/incoming/NAME`` and return the convert task that makes ``spec`` of it."""
+def uploaded_variant_task(s3, source: Path, spec: dict = PAGED_SPEC):
+    """Upload ``source`` to ``ingest/incoming/NAME`` and return the convert task that makes ``spec`` of it
+    (a ``payloads.ConvertTask``, as the convert handler parses its event)."""
+    from layoutlab.pipeline.payloads import ConvertTask
+
     key = f"incoming/{source.name}"
     s3.upload_file(str(source), "ingest", key)
-    return {"dataset_id": "ds", "source": {"bucket": "ingest", "key": key, "size": source.stat().st_size},
-            "variant": spec}
+    return ConvertTask.from_event({"dataset_id": "ds", "source": {"bucket": "ingest", "key": key,
+                                                                  "size": source.stat().st_size}, "variant": spec})
 
 
 def record_s3_calls(s3) -> list[str]:

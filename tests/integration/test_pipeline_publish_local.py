@@ -7,7 +7,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from layoutlab.pipeline import variants
+from layoutlab.kinds import _transfer
 from layoutlab.pipeline.variants import convert_variant
 from layoutlab.storage import boto3_s3_client, s3fs_filesystem
 from variant_helpers import PAGED_KEY, pipeline_buckets_and_table, record_s3_calls, uploaded_variant_task
@@ -17,7 +17,7 @@ PART = 5 * MiB  # S3's smallest part: the multipart threshold scaled down so the
 
 
 def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatch):
-    monkeypatch.setattr(variants, "PUBLISH_PART_BYTES", PART)
+    monkeypatch.setattr(_transfer, "PUBLISH_PART_BYTES", PART)
     s3 = boto3_s3_client()
     store = pipeline_buckets_and_table(s3, "results-publish-test")
     values = np.random.default_rng(3).random(12 * MiB // 8)

@@ -131,7 +131,7 @@ def test_each_new_reader_reads_the_packed_variable_and_counts_what_the_proxy_saw
         if proxy.endpoint:
             os.environ["AWS_ENDPOINT_URL_S3"] = proxy.endpoint
         try:
-            reader = make_reader(reader_name, variant=variant)
+            reader = make_reader(reader_name)
             handle = reader.open(variants[variant]["uri"])
             try:
                 array = handle.array("PACKED")

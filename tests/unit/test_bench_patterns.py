@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layoutlab.bench.patterns import PATTERNS, PatternMismatch, check_values, get_pattern
-from layoutlab.bench.readers import H5pyHandle, ZarrHandle, page_size_from_variant
+from layoutlab.bench.readers import H5pyHandle, ZarrHandle
 from layoutlab.errors import UserError
 from layoutlab.samples.atl03 import photon_values, write_atl03
 from layoutlab.samples.geos import GeosGrid, geos_values, write_geos
@@ -182,9 +182,3 @@ def test_zarr_handle_lists_and_reads(tmp_path, geos):
     sel, loaded, ok = run(handle, "timeseries-point", lat=0, lon=0)
     assert ok is True
     assert handle.listing() == {"objects": 3, "arrays": 3, "attributes": 1}
-
-
-def test_page_size_from_variant_names():
-    assert page_size_from_variant("paged-8MiB") == 8 * 2**20
-    assert page_size_from_variant("rechunked-paged-4MiB") == 4 * 2**20
-    assert page_size_from_variant("original") is None

@@ -15,6 +15,7 @@ from layoutlab.convert import page_budget
 from layoutlab.convert.page_budget import choose_page_size, parse_budget
 from layoutlab.convert.repack import repack
 from layoutlab.pipeline.benchcase import run_bench_case
+from layoutlab.pipeline.payloads import BenchCase
 from layoutlab.pipeline.plan import DatasetFacts, PlanError, merge_plan, variant_specs
 from layoutlab.pipeline.variants import convert_variant
 from layoutlab.samples import atl03, geos
@@ -209,8 +210,10 @@ def test_paging_that_cannot_help_is_skipped_not_failed_and_its_cases_are_not_mea
     assert "Contents" not in s3.list_objects_v2(Bucket="outputs", Prefix="variants/")
     assert store.items(dataset="ds", kind="FAILURE") == []
     case = {"case_id": "paged-auto#granule-open-list#h5py-s3fs-default#local-lambda#000", "dataset_id": "ds",
-            "dataset": "ds", "variant": "paged-auto", "target": AUTO_SPEC["uri"]}
-    assert run_bench_case(case, store=store) == {"case_id": case["case_id"], "skipped": item["reason"]}
+            "dataset": "ds", "variant": "paged-auto", "format": "hdf5", "target": AUTO_SPEC["uri"],
+            "pattern": "granule-open-list", "reader": "h5py-s3fs-default", "platform": "local-lambda",
+            "platform_kind": "lambda", "repetition": 0}
+    assert run_bench_case(BenchCase.from_event(case), store=store) == {"case_id": case["case_id"], "skipped": item["reason"]}
     assert store.items(dataset="ds", kind="RESULT") == []
 
 

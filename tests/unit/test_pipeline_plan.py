@@ -16,7 +16,7 @@ GRANULE = DatasetFacts(kind="granule")
 
 
 def produced(specs):
-    return [{"name": s["name"], "format": s["format"], "uri": f"s3://out/{s['name']}"} for s in specs]
+    return [{**s, "uri": f"s3://out/{s['name']}"} for s in specs]
 
 
 def test_default_plan_gives_a_grid_dataset_paged_zarr_sharded_and_virtual_variants():
@@ -85,7 +85,7 @@ def test_explicit_chunks_by_dimension_and_sharding_name_the_variant():
 
 
 def test_a_variant_bound_caps_the_rechunk_memory_the_platform_leaves():
-    from layoutlab.pipeline.planning import rechunk_options
+    from layoutlab.kinds.rechunk_zarr import rechunk_options
 
     spec = {"chunks": {"time": 24}, "max_mem": "32KiB"}
     assert rechunk_options(spec)["max_mem"] == 32 * 2**10

@@ -11,6 +11,7 @@ import pytest
 from layoutlab import guard
 from layoutlab.errors import BadInputFile
 from layoutlab.pipeline import planning
+from layoutlab.pipeline.payloads import ExecutionInput
 
 
 def test_a_metadata_read_that_spins_is_stopped_and_names_the_upload(monkeypatch):
@@ -23,7 +24,7 @@ def test_a_metadata_read_that_spins_is_stopped_and_names_the_upload(monkeypatch)
     execution = {"dataset_id": "d1", "source": {"bucket": "ingest", "key": "incoming/bad.h5", "version_id": "v7"}}
     started = time.monotonic()
     with pytest.raises(BadInputFile, match="spun") as raised:
-        planning.plan_dataset(execution, s3=None, store=None, settings=planning.PlanSettings(outputs_bucket="out"))
+        planning.plan_dataset(ExecutionInput.from_event(execution), s3=None, store=None, settings=planning.PlanSettings(outputs_bucket="out"))
     assert "incoming/bad.h5" in str(raised.value)
     assert time.monotonic() - started < 30
 
@@ -40,7 +41,8 @@ def test_the_plan_step_refuses_a_case_reading_terabytes_before_recording_or_conv
                                                 "size": 24_000},
                  "plan": {"name": "big", "variants": [{"kind": "original"}], "patterns": ["full-read-throughput"]}}
     with pytest.raises(PlanError) as raised:
-        planning.plan_dataset(execution, s3=None, store=None, settings=planning.PlanSettings(outputs_bucket="out"))
+        planning.plan_dataset(ExecutionInput.from_event(execution), s3=None, store=None,
+                              settings=planning.PlanSettings(outputs_bucket="out"))
     assert str(raised.value).startswith("plan 'big': patterns: full-read-throughput: a case reads all of the declared "
                                         "100000x1000x10000 grid of 4-byte items: 4,000,000,000,000 is over this "
                                         "environment's ceiling max_case_read_bytes")

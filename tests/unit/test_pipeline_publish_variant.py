@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from moto.s3.exceptions import S3ClientError
 from moto.s3.models import S3Backend
 
-from layoutlab.pipeline import variants
+from layoutlab.kinds import _transfer
 from layoutlab.pipeline.variants import convert_variant
 from variant_helpers import PAGED_KEY as VARIANT_KEY
 from variant_helpers import PAGED_SPEC as SPEC
@@ -58,7 +58,7 @@ def cloud(monkeypatch):
 
     monkeypatch.setattr(S3Backend, "copy_object", limited_copy_object)
     monkeypatch.setattr(S3Backend, "upload_part_copy", limited_upload_part_copy)
-    monkeypatch.setattr(variants, "PUBLISH_PART_BYTES", PART)
+    monkeypatch.setattr(_transfer, "PUBLISH_PART_BYTES", PART)
     with pipeline_cloud() as (s3, store):
         yield s3, store
 

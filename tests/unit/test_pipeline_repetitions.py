@@ -11,6 +11,7 @@ import pytest
 from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline import repetitions
 from layoutlab.pipeline.outcomes import summarize_dataset
+from layoutlab.pipeline.payloads import BenchCase, CaseList, MoreRepetitionsInput, SummarizeInput
 from layoutlab.pipeline.plan import PlanError
 
 PLATFORM = "lambda-1769"
@@ -46,6 +47,10 @@ def first_round(walls=WALLS):
 SCHEDULE = plans.repetition_schedule({"repetitions": 3, "max_repetitions": 9})
 
 
+def first_cases():
+    return [BenchCase.from_event(c) for c in first_round()]
+
+
 def test_only_a_comparison_whose_interval_reaches_beyond_the_resolution_is_undecided():
     found = {c["variant"]: c for c in repetitions.comparisons(results(), resolution=0.1)}
     assert set(found) == {"paged-8MiB", "kerchunk-original", "zarr-a"}  # each variant against the original
@@ -66,35 +71,35 @@ def test_too_few_repetitions_are_undecided():
 
 def test_the_next_round_repeats_exactly_the_undecided_cases_and_the_originals_they_are_compared_with():
     open_now = repetitions.undecided(results(), 0.1)
-    cases = repetitions.next_round_cases(first_round(), open_now, results(), SCHEDULE, round_number=2)
+    cases = repetitions.next_round_cases(first_cases(), open_now, results(), SCHEDULE, round_number=2)
     # every reader of both sides (which reader is best must not be decided by unequal repetitions);
     # repetitions are the outer loop, as in round 1; paged-8MiB and kerchunk-original are not repeated
-    assert [(c["variant"], c["reader"], c["repetition"]) for c in cases] == [
+    assert [(c.variant, c.reader, c.repetition) for c in cases] == [
         ("original", "aligned", 3), ("original", "default", 3), ("zarr-a", "zarr-obstore", 3),
         ("original", "aligned", 4), ("original", "default", 4), ("zarr-a", "zarr-obstore", 4),
         ("original", "aligned", 5), ("original", "default", 5), ("zarr-a", "zarr-obstore", 5)]
-    assert cases[0]["case_id"] == "original#beam-read#aligned#lambda-1769#003"
-    assert cases[2]["target"] == "s3://out/zarr-a" and cases[2]["params"] == {"beam": "gt1l"}
-    earlier = {c["case_id"] for c in first_round()}
-    third = repetitions.next_round_cases(first_round(), open_now, results(), SCHEDULE, round_number=3)
-    ids = [c["case_id"] for c in first_round() + cases + third]
-    assert len(ids) == len(set(ids)) and not earlier & {c["case_id"] for c in cases + third}
-    assert {c["repetition"] for c in third} == {6, 7, 8}
+    assert cases[0].case_id == "original#beam-read#aligned#lambda-1769#003"
+    assert cases[2].target == "s3://out/zarr-a" and cases[2].params == {"beam": "gt1l"}
+    earlier = {c.case_id for c in first_cases()}
+    third = repetitions.next_round_cases(first_cases(), open_now, results(), SCHEDULE, round_number=3)
+    ids = [c.case_id for c in first_cases() + cases + third]
+    assert len(ids) == len(set(ids)) and not earlier & {c.case_id for c in cases + third}
+    assert {c.repetition for c in third} == {6, 7, 8}
 
 
 def test_a_reader_that_failed_on_a_repeated_variant_is_not_run_again():
     records = [r for r in results() if not (r["variant"] == "original" and r["reader"] == "default")]
     open_now = repetitions.undecided(records, 0.1)
-    cases = repetitions.next_round_cases(first_round(), open_now, records, SCHEDULE, round_number=2)
-    assert {(c["variant"], c["reader"]) for c in cases} == {("original", "aligned"), ("zarr-a", "zarr-obstore")}
+    cases = repetitions.next_round_cases(first_cases(), open_now, records, SCHEDULE, round_number=2)
+    assert {(c.variant, c.reader) for c in cases} == {("original", "aligned"), ("zarr-a", "zarr-obstore")}
 
 
 def test_rounds_never_run_a_case_beyond_max_repetitions():
     schedule = plans.repetition_schedule({"repetitions": 3, "max_repetitions": 8})
-    assert schedule["max_rounds"] == 3
+    assert schedule.max_rounds == 3
     assert [list(plans.round_repetitions(schedule, n)) for n in (1, 2, 3)] == [[0, 1, 2], [3, 4, 5], [6, 7]]
     off = plans.repetition_schedule({"repetitions": 3})
-    assert off["max_rounds"] == 1 and off["max"] == 3
+    assert off.max_rounds == 1 and off.max == 3
 
 
 class FakeS3:
@@ -125,8 +130,9 @@ class FakeStore:
 
 
 def step(store, s3, cases, schedule=SCHEDULE):
-    event = {"phase": "more_repetitions", "dataset_id": "d1", "cases": cases, "repetitions": schedule}
-    return repetitions.plan_more_repetitions(event, s3=s3, store=store, outputs_bucket="out")
+    event = {"phase": "more_repetitions", "dataset_id": "d1", "cases": cases, "repetitions": schedule.to_event()}
+    return repetitions.plan_more_repetitions(MoreRepetitionsInput.from_event(event), s3=s3, store=store,
+                                             outputs_bucket="out").to_event()
 
 
 def test_the_step_writes_the_next_rounds_list_and_counts_it_in_the_run():
@@ -151,10 +157,10 @@ def test_the_step_stops_when_all_is_decided_or_no_round_is_left():
 
 
 def test_the_summary_says_how_many_rounds_ran_and_what_stayed_undecided_at_the_cap():
-    plan_state = {"cases": {"key": None, "count": 0, "round": 3, "planned": 27}, "repetitions": SCHEDULE}
+    plan_state = {"cases": {"key": None, "count": 0, "round": 3, "planned": 27}, "repetitions": SCHEDULE.to_event()}
     s3 = FakeS3({})
     store = FakeStore(results())
-    summarize_dataset({"dataset_id": "d1", "plan": plan_state}, s3=s3, store=store, outputs_bucket="out")
+    summarize_dataset(SummarizeInput.from_event({"dataset_id": "d1", "plan": plan_state}), s3=s3, store=store, outputs_bucket="out")
     rounds = store.summary["repetition_rounds"]
     assert rounds["rounds"] == 3 and rounds["stopped"] == "max_repetitions"
     assert [(c["variant"], c["pattern"]) for c in rounds["undecided"]] == [("zarr-a", PATTERN)]
@@ -164,12 +170,12 @@ def test_the_summary_says_how_many_rounds_ran_and_what_stayed_undecided_at_the_c
 
 
 def test_a_plan_without_more_rounds_says_so():
-    summary = repetitions.rounds_summary({"cases": {"round": 1, "count": 15, "planned": 15},
-                                          "repetitions": plans.repetition_schedule({"repetitions": 3})}, results())
+    summary = repetitions.rounds_summary(CaseList(key=None, round=1, count=15, planned=15),
+                                         plans.repetition_schedule({"repetitions": 3}), results())
     assert summary["rounds"] == 1 and summary["stopped"] == "more repetitions off"
     assert "max_repetitions would repeat these" in summary["text"]
     decided = {k: v for k, v in WALLS.items() if k[0] != "zarr-a"}
-    assert repetitions.rounds_summary({"cases": {"round": 2}, "repetitions": SCHEDULE},
+    assert repetitions.rounds_summary(CaseList(key=None, round=2, count=0, planned=0), SCHEDULE,
                                       results(decided))["text"].endswith("every comparison with the original is decided.")
 
 
@@ -188,5 +194,5 @@ def test_bad_repetition_fields_are_refused_naming_the_plan_and_field(override, m
 def test_a_plan_naming_repetitions_only_gets_exactly_those():
     base = {**plans.default_plan(), "repetitions": 3, "max_repetitions": 9}
     assert plans.merge_plan({"repetitions": 20}, base)["repetitions"] == 20  # not refused for the base's cap
-    assert plans.repetition_schedule(plans.merge_plan({"repetitions": 2}, base))["max_rounds"] == 1
-    assert plans.repetition_schedule(plans.merge_plan({"name": "x"}, base))["max_rounds"] == 3
+    assert plans.repetition_schedule(plans.merge_plan({"repetitions": 2}, base)).max_rounds == 1
+    assert plans.repetition_schedule(plans.merge_plan({"name": "x"}, base)).max_rounds == 3

@@ -7,6 +7,7 @@ import pytest
 from moto import mock_aws
 
 from layoutlab.convert import rechunk_zarr
+from layoutlab.pipeline.payloads import ConvertTask
 from layoutlab.pipeline.variants import convert_variant
 from layoutlab.results.store import ResultsStore
 
@@ -34,8 +35,8 @@ def test_work_unit_times_add_up_in_the_published_variant(cloud, monkeypatch):
     monkeypatch.setattr(rechunk_zarr, "finalize", lambda plan: {"destination": plan["uri"]})
     base = {"dataset_id": "ds", "source": {"bucket": "in", "key": "a.nc", "size": 2000}, "variant": SPEC}
     for k in unit_seconds:  # in any order, as parallel Map items would
-        convert_variant({**base, "phase": "unit", "work_unit": {"k": k}}, s3=s3, store=store)
-    published = convert_variant({**base, "phase": "publish"}, s3=s3, store=store)
+        convert_variant(ConvertTask.from_event({**base, "phase": "unit", "work_unit": {"k": k}}), s3=s3, store=store)
+    published = convert_variant(ConvertTask.from_event({**base, "phase": "publish"}), s3=s3, store=store)
     item = store.get_variant("ds", SPEC["name"])
     assert item["units_done"] == 3 and item["units_bytes"] == 12000
     assert item["units_seconds"] == pytest.approx(4.5)
@@ -61,8 +62,8 @@ def test_a_retried_work_unit_counts_once(cloud, monkeypatch):
     monkeypatch.setattr(rechunk_zarr, "finalize", lambda plan: {"destination": plan["uri"]})
     base = {"dataset_id": "ds", "source": {"bucket": "in", "key": "a.nc", "size": 2000}, "variant": SPEC}
     for k in (0, 1, 1, 2, 0):
-        convert_variant({**base, "phase": "unit", "work_unit": {"k": k}}, s3=s3, store=store)
-    convert_variant({**base, "phase": "publish"}, s3=s3, store=store)
+        convert_variant(ConvertTask.from_event({**base, "phase": "unit", "work_unit": {"k": k}}), s3=s3, store=store)
+    convert_variant(ConvertTask.from_event({**base, "phase": "publish"}), s3=s3, store=store)
     item = store.get_variant("ds", SPEC["name"])
     assert item["units_done"] == 3 and item["units_bytes"] == 12000
     assert item["units_seconds"] == pytest.approx(6.0)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from layoutlab.ceilings import Ceilings
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.errors import UserError
+from layoutlab import kinds
 from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline.ingest import unreadable_key_reason
 from layoutlab.pipeline.plan import DatasetFacts, PlanError
@@ -78,7 +79,7 @@ def test_any_option_of_any_variant_kind_is_refused_naming_the_variant_or_resolve
     for facts in (GRID, GRANULE):
         for spec in plans.variant_specs(plan, facts):
             assert "--" not in spec["name"] and spec["name"]
-            if spec["kind"] in plans.RECHUNK_KINDS:
+            if kinds.get(spec["kind"]).needs_grid:
                 assert all(isinstance(c, int) and c >= 1 for c in spec["chunks"].values())
 
 
@@ -160,7 +161,7 @@ def test_the_case_bound_is_never_below_the_cases_a_plan_expands_to(variants, pla
             specs = plans.variant_specs(plan, facts)
         except PlanError:
             continue
-        produced = [{"name": s["name"], "format": s["format"], "uri": f"s3://o/{s['name']}"} for s in specs]
+        produced = [{**s, "uri": f"s3://o/{s['name']}"} for s in specs]
         assert len(plans.expand_cases(plan, facts, "d", produced)) <= bound
 
 
@@ -261,7 +262,7 @@ def test_the_default_page_size_is_allowed_for_any_input_and_larger_pages_follow_
 
 def _cases(plan, facts):
     specs = plans.variant_specs(plan, facts)
-    produced = [{"name": s["name"], "format": s["format"], "uri": f"s3://o/{s['name']}"} for s in specs]
+    produced = [{**s, "uri": f"s3://o/{s['name']}"} for s in specs]
     return plans.expand_cases(plan, facts, "d", produced)
 
 

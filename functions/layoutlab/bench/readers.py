@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import abc
 import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,14 +49,6 @@ DEFAULT_PAGE_SIZE = 8 * MiB
 ALIGNED_CHUNK_CACHE = 1 * MiB
 S3FS_DEFAULT_BLOCK_SIZE = 50 * MiB  # s3fs.S3FileSystem.default_block_size
 S3FS_DEFAULT_CACHE = "readahead"  # s3fs.S3FileSystem.default_cache_type
-
-
-def page_size_from_variant(variant: str | None) -> int | None:
-    """``paged-8MiB`` / ``rechunked-paged-4MiB`` -> bytes; None when the name says nothing."""
-    m = re.search(r"paged-(\d+)(KiB|MiB)", variant or "")
-    if not m:
-        return None
-    return int(m.group(1)) * (1024 if m.group(2) == "KiB" else MiB)
 
 
 @dataclass
@@ -213,9 +204,8 @@ class Reader(abc.ABC):
     description = ""
     counts_requests = True  # False: the library sends requests this process cannot see (ros3)
 
-    def __init__(self, options: dict | None = None, variant: str | None = None):
+    def __init__(self, options: dict | None = None):
         self.options = dict(options or {})
-        self.variant = variant
         self.requests = accounting.RequestCounter()  # every request of every open() of this reader
 
     modules: tuple = ()  # imported by prepare(), outside the timed region
@@ -280,7 +270,9 @@ class H5pyS3fsAligned(H5pyS3fsDefault):
 
     @property
     def page_size(self) -> int:
-        return int(self.options.get("page_size") or page_size_from_variant(self.variant) or DEFAULT_PAGE_SIZE)
+        # the pipeline's cases carry a paged variant's page size (its kind's reader_options); the CLI takes
+        # --reader-option page_size=
+        return int(self.options.get("page_size") or DEFAULT_PAGE_SIZE)
 
     @property
     def settings(self):
@@ -716,9 +708,9 @@ READERS = {r.name: r for r in (H5pyS3fsDefault, H5pyS3fsAligned, H5pyRos3, Xarra
                                ZarrObstoreNoCoalesce, ZarrFsspec, KerchunkFsspec, IcechunkReader, H5coroReader)}
 
 
-def make_reader(name: str, options: dict | None = None, variant: str | None = None) -> Reader:
+def make_reader(name: str, options: dict | None = None) -> Reader:
     try:
-        return READERS[name](options, variant)
+        return READERS[name](options)
     except KeyError:
         raise UserError(f"unknown reader {name!r}; choose from {', '.join(READERS)}") from None
 

@@ -154,7 +154,7 @@ def run_case(case: dict) -> dict:
             raise UserError(f"{target}: a case target must be an s3:// URL (upload local files first)")
         pattern = get_pattern(identity["pattern"])
         params = pattern.params(case.get("params"))
-        reader = make_reader(identity["reader"], case.get("reader_options"), identity["variant"])
+        reader = make_reader(identity["reader"], case.get("reader_options"))
         base.update(pattern_params=params, reader_settings=reader.settings)
 
         proxy = ProxyCounter(case.get("latency_ms"), case.get("bandwidth_mbps"))

@@ -13,11 +13,17 @@ from layoutlab.handlers._runtime import (
     settings,
     tracer,
 )
+from layoutlab.pipeline.payloads import ConvertTask
 from layoutlab.pipeline.variants import convert_variant
 
 
 def run(event: dict) -> dict:
-    result = convert_variant(event, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb(),
+    """The event of the Lambda function and of the Fargate task (handlers/task.py) alike."""
+    return convert(ConvertTask.from_event(event))
+
+
+def convert(task: ConvertTask) -> dict:
+    result = convert_variant(task, s3=s3_client(), store=results_store(), memory_mb=platform_memory_mb(),
                              ceilings=settings().ceilings)
     if "convert_s" in result:
         from layoutlab import settings as settings_module
@@ -32,7 +38,8 @@ def run(event: dict) -> dict:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event, context):
-    logger.set_correlation_id(event.get("dataset_id"))
-    result = run(event)
-    logger.info("converted", extra={"variant": event["variant"]["name"], "phase": event.get("phase")})
+    task = ConvertTask.from_event(event)
+    logger.set_correlation_id(task.dataset_id)
+    result = convert(task)
+    logger.info("converted", extra={"variant": task.name, "phase": task.phase})
     return result

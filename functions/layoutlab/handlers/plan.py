@@ -4,25 +4,27 @@ of cases (``phase: more_repetitions``), the next round's cases where a compariso
 from __future__ import annotations
 
 from layoutlab.handlers._runtime import logger, metrics, results_store, s3_client, settings, tracer
+from layoutlab.pipeline.payloads import MORE_REPETITIONS, ExecutionInput, MoreRepetitionsInput
 from layoutlab.pipeline.planning import PlanSettings, plan_dataset
-
-MORE_REPETITIONS = "more_repetitions"
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event, context):
-    logger.set_correlation_id(event.get("dataset_id"))
-    if event.get("phase") == MORE_REPETITIONS:
+    if isinstance(event, dict) and event.get("phase") == MORE_REPETITIONS:
         from layoutlab.pipeline.repetitions import plan_more_repetitions
 
-        cases = plan_more_repetitions(event, s3=s3_client(), store=results_store(),
-                                      outputs_bucket=settings().outputs_bucket)
+        step = MoreRepetitionsInput.from_event(event)
+        logger.set_correlation_id(step.dataset_id)
+        cases = plan_more_repetitions(step, s3=s3_client(), store=results_store(),
+                                      outputs_bucket=settings().outputs_bucket).to_event()
         logger.info("next round", extra=cases)
         return cases
-    result = plan_dataset(event, s3=s3_client(), store=results_store(),
+    execution = ExecutionInput.from_event(event)
+    logger.set_correlation_id(execution.dataset_id)
+    result = plan_dataset(execution, s3=s3_client(), store=results_store(),
                           settings=PlanSettings.from_env(settings().outputs_bucket))
-    logger.info("planned", extra={"cases": result["cases"]["count"], "convert_tasks": len(result["convert_tasks"]),
-                                  "work_units": result["work_units"]["count"]})
-    return result
+    logger.info("planned", extra={"cases": result.cases.count, "convert_tasks": len(result.convert_tasks),
+                                  "work_units": result.work_units.count})
+    return result.to_event()

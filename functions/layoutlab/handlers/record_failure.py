@@ -5,14 +5,16 @@ from __future__ import annotations
 from layoutlab import observability as obs
 from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, tracer
 from layoutlab.pipeline.outcomes import record_failure
+from layoutlab.pipeline.payloads import FailureInput
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event, context):
-    logger.set_correlation_id(event.get("dataset_id"))
-    result = record_failure(event, store=results_store())
+    failure = FailureInput.from_event(event)
+    logger.set_correlation_id(failure.dataset_id)
+    result = record_failure(failure, store=results_store())
     add_count(obs.PIPELINE_FAILURES, stage=result["stage"])
     logger.warning("failure recorded", extra=result)
     return result

@@ -5,13 +5,15 @@ from __future__ import annotations
 from layoutlab import observability as obs
 from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, s3_client, settings, tracer
 from layoutlab.pipeline.outcomes import summarize_dataset
+from layoutlab.pipeline.payloads import SummarizeInput
 
 
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event, context):
-    logger.set_correlation_id(event.get("dataset_id"))
-    result = summarize_dataset(event, s3=s3_client(), store=results_store(), outputs_bucket=settings().outputs_bucket)
+    state = SummarizeInput.from_event(event)
+    logger.set_correlation_id(state.dataset_id)
+    result = summarize_dataset(state, s3=s3_client(), store=results_store(), outputs_bucket=settings().outputs_bucket)
     add_count(obs.DATASETS_SUMMARIZED)
     return result

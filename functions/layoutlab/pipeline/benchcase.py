@@ -10,47 +10,48 @@ the deployment artifacts, as Lambda does).
 from __future__ import annotations
 
 from layoutlab.errors import UserError
+from layoutlab.pipeline.payloads import BenchCase
 
 
 class BenchCaseFailed(UserError):
     """The case could not be measured (bad target, pattern not fitting, wrong values)."""
 
 
-def case_for_runner(case: dict) -> dict:
+def case_for_runner(case: BenchCase) -> dict:
     from layoutlab.bench.runner import CASE_KEYS
 
-    return {k: v for k, v in case.items() if k in CASE_KEYS}
+    return {k: v for k, v in case.to_event().items() if k in CASE_KEYS}
 
 
-def measure(case: dict) -> dict:
+def measure(case: BenchCase) -> dict:
     from layoutlab.bench import runner
 
     return runner.run_case_isolated(case_for_runner(case), memory_error_ends_task=True)
 
 
-def run_bench_case(case: dict, *, store, emit=None) -> dict:
+def run_bench_case(case: BenchCase, *, store, emit=None) -> dict:
     skipped = skipped_variant(case, store)
     if skipped:  # its variant was not made (paging "auto" that could not help): nothing to measure, no failure
-        return {"case_id": case["case_id"], "skipped": skipped}
+        return {"case_id": case.case_id, "skipped": skipped}
     record = measure(case)
-    record["case_id"] = case["case_id"]
+    record["case_id"] = case.case_id
     if record.get("status") == "error" or record.get("error"):
         raise BenchCaseFailed(record.get("error") or "case failed")
     if record.get("checksum_ok") is False:
-        raise BenchCaseFailed(f"{case['target']}: values read by {case['reader']} for {case['pattern']} "
+        raise BenchCaseFailed(f"{case.target}: values read by {case.reader} for {case.pattern} "
                               "differ from the source")
     store.put_result(record)
     if emit is not None:
         emit_case_metrics(emit, record)
-    return {"case_id": case["case_id"], "wall_s": record.get("wall_s"), "requests": record.get("requests")}
+    return {"case_id": case.case_id, "wall_s": record.get("wall_s"), "requests": record.get("requests")}
 
 
-def skipped_variant(case: dict, store) -> str | None:
+def skipped_variant(case: BenchCase, store) -> str | None:
     """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto; or FAILURE:
     its conversion refused the file), or None."""
-    if case.get("variant") in (None, "original"):
+    if case.variant == "original":
         return None
-    item = store.get_variant(case["dataset_id"], case["variant"])
+    item = store.get_variant(case.dataset_id, case.variant)
     if item and item.get("status") == "FAILURE":  # (its FAILURE item says why; the case has nothing to read)
         return f"variant not made: {item.get('reason') or 'its conversion failed'}"
     return (item.get("reason") or "variant skipped") if item and item.get("status") == "SKIPPED" else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
+from layoutlab.pipeline.payloads import FailureInput, SummarizeInput
 from layoutlab.pipeline.repetitions import rounds_summary
 from layoutlab.report.decision import decide
 from layoutlab.report.summary import summarize
@@ -14,13 +15,12 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
-    dataset_id = state["dataset_id"]
+def summarize_dataset(state: SummarizeInput, *, s3, store, outputs_bucket: str) -> dict:
+    dataset_id = state.dataset_id
     items = store.items(dataset=dataset_id)
     results = [i for i in items if i["kind"] == "RESULT"]
     failures = [i for i in items if i["kind"] == "FAILURE"]
-    cases = (state.get("plan") or {}).get("cases", {})
-    planned = cases.get("planned", cases.get("count"))  # every round's cases (pipeline/repetitions.py)
+    planned = state.cases.planned if state.cases else None  # every round's cases (pipeline/repetitions.py)
     bench_failures = [f for f in failures if f.get("stage") == "bench"]
     variants = {i["variant"]: i for i in items if i["kind"] == "VARIANT"}
     # The recommendation the report page opens with; the page itself (matplotlib) is built
@@ -37,7 +37,7 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
         recipe_text=(recipes.get(primary) or {}).get("text") if primary else None,
         pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},
         cases_planned=planned,
-        repetition_rounds=rounds_summary(state.get("plan") or {}, results),
+        repetition_rounds=rounds_summary(state.cases, state.repetitions, results),
         cases_failed=len(bench_failures),
         failed_cases=[f.get("detail") for f in bench_failures][:50],
         variants={i["variant"]: {k: i.get(k) for k in ("uri", "size_bytes", "size_overhead", "convert_s")}
@@ -55,22 +55,19 @@ def summarize_dataset(state: dict, *, s3, store, outputs_bucket: str) -> dict:
             "cases_failed": len(bench_failures)}
 
 
-def record_failure(event: dict, *, store) -> dict:
+def record_failure(failure: FailureInput, *, store) -> dict:
     """A FAILURE item from a caught Step Functions error ``{"Error", "Cause"}``."""
-    stage = event.get("stage") or "unknown"
-    dataset_id = event.get("dataset_id") or "unknown"
-    error = event.get("error") or {}
+    stage, dataset_id, error = failure.stage, failure.dataset_id, failure.error
     cause = error.get("Cause") or ""
     try:  # Lambda errors arrive as a JSON document in Cause
         parsed = json.loads(cause)
         cause = parsed.get("errorMessage") or cause
     except (ValueError, AttributeError):
         pass
-    case = event.get("case") or {}
-    detail = case.get("case_id") or event.get("execution_id", "").rsplit(":", 1)[-1] or "pipeline"
+    detail = (failure.case or {}).get("case_id") or (failure.execution_id or "").rsplit(":", 1)[-1] or "pipeline"
     reason = f"{error.get('Error', 'Error')}: {cause}".strip()
     store.put_failure(dataset_id, stage, detail, reason, error=error.get("Error"),
-                      source=event.get("source"), execution_id=event.get("execution_id"), recorded=_now())
+                      source=failure.source, execution_id=failure.execution_id, recorded=_now())
     if stage != "bench":
         store.update_run(dataset_id, status="FAILED", finished=_now(), failed_stage=stage, reason=reason)
     return {"dataset_id": dataset_id, "stage": stage, "reason": reason}

@@ -21,6 +21,7 @@ comparisons still undecided after a round (``pipeline/repetitions.py``) get
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -28,9 +29,12 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from layoutlab.ceilings import PAGE_SIZE_ALWAYS_ALLOWED, CeilingError, Ceilings
+from layoutlab import kinds
+from layoutlab.ceilings import CeilingError, Ceilings
 from layoutlab.ceilings import over as ceiling_over
 from layoutlab.errors import UserError
+from layoutlab.pipeline.payloads import BenchCase, Schedule
+from layoutlab.kinds._grid import chunk_preset  # noqa: F401  (where benchmarks and tests find it)
 from layoutlab.units import parse_size, size_label  # noqa: F401  (the one size parser; plans' sizes are its)
 
 PLAN_METADATA_KEY = "layoutlab-plan"
@@ -38,8 +42,11 @@ PLANS_PREFIX = "plans/"
 
 
 def plan_schema() -> dict:
-    """The JSON Schema every plan is validated against (``plan.schema.json``, Draft 2020-12)."""
-    return json.loads(resources.files("layoutlab.pipeline").joinpath("plan.schema.json").read_text())
+    """The JSON Schema every plan is validated against (``plan.schema.json``, Draft 2020-12), its variant
+    entry built from the variant kinds (``layoutlab/kinds/``: each kind's module says the fields it takes)."""
+    schema = json.loads(resources.files("layoutlab.pipeline").joinpath("plan.schema.json").read_text())
+    schema["$defs"]["variant"] = {"description": schema["$defs"]["variant"]["description"], **kinds.entry_schema()}
+    return schema
 
 
 # The names a plan may use are the schema's: one list, read from it.
@@ -55,16 +62,9 @@ ICECHUNK_READERS = tuple(_DEFS["icechunk_reader"]["enum"])
 READERS_BY_FORMAT = {"hdf5": HDF5_READERS, "zarr": ZARR_READERS, "kerchunk": KERCHUNK_READERS,
                      "icechunk": ICECHUNK_READERS}
 ALL_READERS = tuple(r for readers in READERS_BY_FORMAT.values() for r in readers)
-# virtual-kerchunk: references over the original and/or each paged variant (no chunk data copied);
-# icechunk-virtual: an Icechunk repository of virtual chunks pinned to the original's ETag;
-# icechunk: native Icechunk, rechunked like rechunk-zarr (grid only), sharded optionally.
-VARIANT_KINDS = tuple(_DEFS["variant"]["properties"]["kind"]["enum"])
-KERCHUNK_OVER = tuple(_DEFS["variant"]["properties"]["over"]["enum"])
-REFERENCE_FORMATS = ("json",)  # Parquet needs fastparquet, which the layer does not carry
+# each kind is one module of layoutlab/kinds/ (what it takes, makes, stores and is read with)
+VARIANT_KINDS = kinds.names()
 DATASET_KINDS = ("grid", "granule")
-CHUNK_PRESETS = tuple(_DEFS["chunks"]["anyOf"][0]["enum"])
-PAGED_KINDS = ("repack-paged", "rechunked-paged")
-RECHUNK_KINDS = ("rechunk-zarr", "icechunk")  # they need a grid
 
 MAX_REPETITIONS = plan_schema()["properties"]["repetitions"]["maximum"]
 # A difference in read time smaller than this share is not worth more repetitions to tell apart
@@ -174,25 +174,10 @@ def validate_plan(plan, ceilings: Ceilings | None = None, input_bytes: int | Non
     if problems:
         fail(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
     for i, variant in enumerate(plan["variants"]):
-        kind = variant["kind"]
-        if kind in PAGED_KINDS:
-            from layoutlab.convert.page_budget import DEFAULT_BUDGET, is_auto, parse_budget
-
-            try:  # "auto": chosen from the file at conversion (convert/page_budget.py) within size_budget
-                page = None if is_auto(variant.get("page_size")) else parse_size(
-                    variant.get("page_size", "8MiB"), what=f"variants[{i}].page_size")
-            except ValueError as error:
-                fail(str(error))
-            try:
-                parse_budget(variant.get("size_budget", DEFAULT_BUDGET))
-            except ValueError as error:
-                fail(f"variants[{i}].{error}")
-            if page is not None and (page < 4096 or page & (page - 1)):
-                fail(f"variants[{i}].page_size must be \"auto\" or a power of two >= 4KiB, "
-                     f"got {variant.get('page_size')}")
-        if kind == "virtual-kerchunk" and variant.get("references", "json") not in REFERENCE_FORMATS:
-            fail(f"variants[{i}].references {variant.get('references')!r}: only json is supported "
-                 "(kerchunk Parquet needs fastparquet, which is not in the Lambda layer)")
+        try:
+            kinds.get(variant["kind"]).check(variant, f"variants[{i}]")
+        except ValueError as error:
+            fail(str(error))
         for option in ("target_chunk_bytes", "max_mem"):  # max_mem: the rechunk's bound per work unit
             if option in variant:
                 try:
@@ -219,21 +204,10 @@ def validate_plan(plan, ceilings: Ceilings | None = None, input_bytes: int | Non
 def _variant_formats(plan: dict, kind: str) -> list[str]:
     """The formats of the variants ``plan`` resolves to for a dataset of ``kind`` (an upper bound: a
     grid's rechunks are counted whether or not the file turns out to hold one)."""
-    entries = [v for v in plan["variants"] if v.get("applies_to") in (None, kind)
-               and not (v["kind"] in RECHUNK_KINDS and kind != "grid")]
-    paged = sum(1 for v in entries if v["kind"] in PAGED_KINDS)
-    formats = []
-    for variant in entries:
-        if variant["kind"] == "virtual-kerchunk":
-            over_what = variant.get("over", "all")
-            formats += ["kerchunk"] * ((over_what in ("original", "all")) + paged * (over_what in ("paged", "all")))
-        elif variant["kind"] in RECHUNK_KINDS:
-            formats.append("zarr" if variant["kind"] == "rechunk-zarr" else "icechunk")
-        elif variant["kind"] == "icechunk-virtual":
-            formats.append("icechunk")
-        else:
-            formats.append("hdf5")
-    return formats
+    entries = [(v, kinds.get(v["kind"])) for v in plan["variants"] if v.get("applies_to") in (None, kind)]
+    entries = [(v, k) for v, k in entries if not (k.needs_grid and kind != "grid")]
+    paged = sum(1 for _, k in entries if k.paged)
+    return [f for v, k in entries for f in k.bound_formats(v, paged)]
 
 
 def case_bound(plan: dict) -> tuple[int, str]:
@@ -263,16 +237,6 @@ def case_bound(plan: dict) -> tuple[int, str]:
     return best
 
 
-def _chunk_elements(chunks) -> tuple[int, bool] | None:
-    """The elements of an explicit chunk shape and whether all three grid dimensions are given
-    (a dimension not named keeps its whole extent, unknown before the file is read)."""
-    if isinstance(chunks, list):
-        return math.prod(chunks), len(chunks) >= 3
-    if isinstance(chunks, dict):
-        return math.prod(chunks.values()), len(chunks) >= 3
-    return None
-
-
 def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = None) -> None:
     """Raise ``CeilingError`` naming the field, the estimate and the ceiling when ``plan`` (for an input
     of ``input_bytes``, when known) asks for more than this environment allows."""
@@ -290,18 +254,7 @@ def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = Non
     if cases > ceilings.max_cases:
         raise ceiling_over("cases", "up to", cases, "max_cases", ceilings.max_cases, note=how)
     for i, variant in enumerate(plan["variants"]):
-        explicit = _chunk_elements(variant.get("chunks")) if variant["kind"] in RECHUNK_KINDS else None
-        if explicit and explicit[1] and explicit[0] < ceilings.min_chunk_elements:
-            raise ceiling_over(f"variants[{i}].chunks", "a chunk of", explicit[0], "min_chunk_elements",
-                               ceilings.min_chunk_elements, below=True)
-        page = variant.get("page_size")
-        if input_bytes and variant["kind"] in PAGED_KINDS and page is not None and str(page).lower() != "auto":
-            largest = ceilings.max_page_size(input_bytes)
-            if parse_size(page) > largest:
-                raise ceiling_over(f"variants[{i}].page_size", f"{page} =", parse_size(page),
-                                   "max_page_size_input_ratio x the input", largest,
-                                   note=f"a {input_bytes:,}-byte input, ratio {ceilings.max_page_size_input_ratio:g}, "
-                                        f"and {size_label(PAGE_SIZE_ALWAYS_ALLOWED)} always")
+        kinds.get(variant["kind"]).check_ceilings(variant, f"variants[{i}]", ceilings, input_bytes)
 
 
 def check_dataset_ceilings(plan: dict, specs: list[dict], facts: DatasetFacts, ceilings: Ceilings) -> None:
@@ -311,54 +264,10 @@ def check_dataset_ceilings(plan: dict, specs: list[dict], facts: DatasetFacts, c
     this refuses the plan before any conversion starts.
     """
     try:
-        _check_rechunk_specs(specs, facts, ceilings)
+        for spec in specs:
+            kinds.get(spec["kind"]).check_dataset_ceilings(spec, facts, ceilings)
     except CeilingError as error:
         raise PlanError(f"plan {plan.get('name', '<unnamed>')!r}: {error}") from None
-
-
-def _check_rechunk_specs(specs: list[dict], facts: DatasetFacts, ceilings: Ceilings) -> None:
-    if not facts.grid_shape:
-        return
-    elements = math.prod(facts.grid_shape)
-    for spec in specs:
-        if spec["kind"] not in RECHUNK_KINDS:
-            continue
-        chunks = tuple(spec["chunks"].values())
-        smallest = min(ceilings.min_chunk_elements, elements)
-        if math.prod(chunks) < smallest:
-            raise ceiling_over(f"variant {spec['name']}: chunks", "a chunk of", math.prod(chunks),
-                               "min_chunk_elements", smallest, below=True)
-        block = tuple(spec["shards"].get(d, c) for d, c in zip(facts.dims, chunks)) if spec.get("shards") else chunks
-        objects = math.prod(-(-n // max(1, b)) for n, b in zip(facts.grid_shape, block))
-        if objects > ceilings.max_objects_per_variant:
-            raise ceiling_over(f"variant {spec['name']}: chunks", f"the {'x'.join(map(str, facts.grid_shape))} grid "
-                               f"in {'shards' if spec.get('shards') else 'chunks'} of {'x'.join(map(str, block))}:",
-                               objects, "max_objects_per_variant", ceilings.max_objects_per_variant)
-
-
-def chunk_preset(preset: str, shape: tuple[int, int, int], itemsize: int = 4,
-                 target_bytes: int = 4 * 2**20) -> tuple[int, int, int]:
-    """Chunk shape for a (time, lat, lon) array, after Nguyen et al.'s three archetypes.
-
-    ``timeseries``: whole time axis, 10x10 in space (their 5136x10x10);
-    ``map``: one time step, whole map (their 1x721x1152);
-    ``balanced``: a chunk of about ``target_bytes`` for which a time series
-    and a map touch the same number of chunks (T/ct = (Y/cy)(X/cx)), which is
-    where the product of the two read times is smallest when cost tracks chunks.
-    """
-    t, y, x = shape
-    if preset == "timeseries":
-        return (t, min(y, 10), min(x, 10))
-    if preset == "map":
-        return (1, y, x)
-    if preset == "balanced":
-        elements = max(1, target_bytes // itemsize)
-        ct = max(1, min(t, elements, round(math.sqrt(elements * t / (y * x)))))
-        area = max(1, elements // ct)
-        cy = max(1, min(y, area, round(math.sqrt(area * y / x))))
-        cx = max(1, min(x, area // cy))
-        return (ct, cy, cx)
-    raise ValueError(f"unknown chunk preset {preset!r}; one of {', '.join(CHUNK_PRESETS)}")
 
 
 @dataclass(frozen=True)
@@ -392,53 +301,10 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
     named ``kerchunk-<paged name>`` and carry ``over: <paged name>``: the convert task of
     that paged variant builds them once it has published it.
     """
-    specs, deferred = [], []
-    for variant in plan["variants"]:
-        applies_to = variant.get("applies_to")
-        if applies_to and applies_to != facts.kind:
-            continue
-        spec = dict(variant)
-        kind = spec["kind"]
-        if kind == "original":
-            spec["name"], spec["format"] = "original", "hdf5"
-        elif kind in ("repack-paged", "rechunked-paged"):
-            from layoutlab.convert.page_budget import AUTO, DEFAULT_BUDGET, is_auto, parse_budget
-
-            page = AUTO if is_auto(spec.get("page_size")) else parse_size(spec.get("page_size", "8MiB"))
-            spec["page_size"], spec["size_budget"] = page, parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
-            prefix = "paged" if kind == "repack-paged" else "rechunked-paged"
-            spec["name"], spec["format"] = f"{prefix}-{page if page == AUTO else size_label(page)}", "hdf5"
-        elif kind == "virtual-kerchunk":
-            if spec.get("over", "all") in ("original", "all"):
-                specs.append({**spec, "name": "kerchunk-original", "format": "kerchunk", "over": "original"})
-            if spec.get("over", "all") in ("paged", "all"):
-                deferred.append(spec)  # over each paged variant, once all of them are named
-            continue
-        elif kind == "icechunk-virtual":
-            spec["name"], spec["format"] = "icechunk-virtual", "icechunk"
-        else:  # rechunk-zarr and icechunk need a grid
-            if facts.kind != "grid" or not facts.grid_shape:
-                continue
-            chunks = spec["chunks"]
-            if isinstance(chunks, str):
-                chunks = chunk_preset(chunks, facts.grid_shape, facts.itemsize,
-                                      parse_size(spec.get("target_chunk_bytes", 4 * 2**20)))
-            elif isinstance(chunks, dict):
-                chunks = tuple(int(chunks.get(d, n)) for d, n in zip(facts.dims, facts.grid_shape))
-            chunks = tuple(min(int(c), n) for c, n in zip(chunks, facts.grid_shape))
-            spec["chunks"] = dict(zip(facts.dims, chunks))
-            if isinstance(spec.get("shards"), list):  # factors: shard = chunk x factor, within the axis
-                factors = list(spec["shards"]) + [1] * (3 - len(spec["shards"]))
-                spec["shards"] = {d: c * max(1, min(int(f), n // c))
-                                  for d, c, n, f in zip(facts.dims, chunks, facts.grid_shape, factors)}
-            label = "x".join(str(c) for c in chunks)
-            base = "zarr" if kind == "rechunk-zarr" else "icechunk"
-            spec["name"] = f"{base}-sharded-{label}" if spec.get("shards") else f"{base}-{label}"
-            spec["format"] = "zarr" if kind == "rechunk-zarr" else "icechunk"
-        specs.append(spec)
-    for spec in deferred:
-        for paged in [s for s in specs if s["kind"] in ("repack-paged", "rechunked-paged")]:
-            specs.append({**spec, "name": f"kerchunk-{paged['name']}", "format": "kerchunk", "over": paged["name"]})
+    entries = [(v, kinds.get(v["kind"])) for v in plan["variants"]
+               if not v.get("applies_to") or v.get("applies_to") == facts.kind]
+    specs = [spec for entry, kind in entries for spec in kind.expand(entry, facts)]
+    specs += [spec for entry, kind in entries for spec in kind.expand_after(entry, list(specs))]
     names = [s["name"] for s in specs]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
@@ -464,33 +330,34 @@ def case_id(variant: str, pattern: str, reader: str, platform: str, repetition: 
     return f"{variant}#{pattern}#{reader}#{platform}#{repetition:03d}"
 
 
-def repeat_case(case: dict, repetition: int) -> dict:
+def repeat_case(case: BenchCase, repetition: int) -> BenchCase:
     """``case`` once more, as repetition ``repetition`` (its id, hence its RESULT key, follows)."""
-    return {**case, "repetition": repetition,
-            "case_id": case_id(case["variant"], case["pattern"], case["reader"], case["platform"], repetition)}
+    return dataclasses.replace(case, repetition=repetition,
+                               case_id=case_id(case.variant, case.pattern, case.reader, case.platform, repetition))
 
 
-def repetition_schedule(plan: dict) -> dict:
+def repetition_schedule(plan: dict) -> Schedule:
     """The rounds of repetitions: round 1 runs ``first``; each later round ``per_round`` more of the
     undecided comparisons' cases, never beyond ``max`` per case, so at most ``max_rounds`` rounds."""
     first = plan.get("repetitions", 1)
     most = plan.get("max_repetitions", first)
-    return {"first": first, "max": most, "per_round": first, "max_rounds": 1 + math.ceil((most - first) / first),
-            "resolution": float(plan.get("resolution", DEFAULT_RESOLUTION))}
+    return Schedule(first=first, max=most, per_round=first, max_rounds=1 + math.ceil((most - first) / first),
+                    resolution=float(plan.get("resolution", DEFAULT_RESOLUTION)))
 
 
-def round_repetitions(schedule: dict, round_number: int) -> range:
+def round_repetitions(schedule: Schedule, round_number: int) -> range:
     """The repetition indexes round ``round_number`` (from 1) runs: rounds never share one."""
     if round_number == 1:
-        return range(schedule["first"])
-    start = schedule["first"] + (round_number - 2) * schedule["per_round"]
-    return range(min(start, schedule["max"]), min(start + schedule["per_round"], schedule["max"]))
+        return range(schedule.first)
+    start = schedule.first + (round_number - 2) * schedule.per_round
+    return range(min(start, schedule.max), min(start + schedule.per_round, schedule.max))
 
 
 def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict]) -> list[dict]:
-    """Every benchmark case: variants x patterns x readers x platforms x repetitions.
+    """Every benchmark case, each the bench event (``payloads.BenchCase``): variants x patterns x readers x
+    platforms x repetitions.
 
-    ``variants`` are the produced variants (``name``, ``format``, ``uri``); a
+    ``variants`` are the produced variants' specs (``name``, ``kind``, ``format``, ``uri``); a
     reader runs only on the format it reads, a pattern only on the kind of
     dataset it fits (a beam read needs a granule).
     """
@@ -501,25 +368,20 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
         for variant in variants:
             readers = _for_kind(plan["readers"], variant["format"])
             known = READERS_BY_FORMAT.get(variant["format"], ())
+            options = kinds.get(variant["kind"]).reader_options(variant) or None
             for pattern in patterns:
                 for reader in (r for r in readers if r in known):
                     for platform in plan["platforms"]:
                         kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
-                        cases.append({
-                            "case_id": case_id(variant["name"], pattern, reader, platform, repetition),
-                            "dataset_id": dataset_id,
-                            "dataset": dataset_id,
-                            "variant": variant["name"],
-                            "format": variant["format"],
-                            "target": variant["uri"],
-                            "pattern": pattern,
-                            "reader": reader,
-                            "platform": platform,
-                            "platform_kind": kind,
-                            "repetition": repetition,
-                            "params": {**_known_params(pattern, facts.pattern_params()),
-                                       **plan.get("pattern_params", {}).get(pattern, {})},
-                        })
+                        cases.append(BenchCase(
+                            case_id=case_id(variant["name"], pattern, reader, platform, repetition),
+                            dataset_id=dataset_id, dataset=dataset_id, variant=variant["name"],
+                            format=variant["format"], target=variant["uri"], pattern=pattern, reader=reader,
+                            platform=platform, platform_kind=kind, repetition=repetition,
+                            params={**_known_params(pattern, facts.pattern_params()),
+                                    **plan.get("pattern_params", {}).get(pattern, {})},
+                            reader_options=options,
+                        ).to_event())
         cases += _scaling_cases(plan, facts, dataset_id, variants, repetition)
     return cases
 
@@ -551,11 +413,12 @@ def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: l
                                   "workers": n, "worker": k, "scaling": mode}
                         if scaling.get("rows_per_worker"):
                             params["rows_per_worker"] = int(scaling["rows_per_worker"])
-                        cases.append({
-                            "case_id": f"{variant['name']}#slab-read-{mode}-{n}w-{k}#{reader}#{platform}#{repetition:03d}",
-                            "dataset_id": dataset_id, "dataset": dataset_id, "variant": variant["name"],
-                            "format": variant["format"], "target": variant["uri"], "pattern": "slab-read",
-                            "reader": reader, "platform": platform, "platform_kind": kind,
-                            "repetition": repetition, "params": params,
-                        })
+                        cases.append(BenchCase(
+                            case_id=f"{variant['name']}#slab-read-{mode}-{n}w-{k}#{reader}#{platform}#{repetition:03d}",
+                            dataset_id=dataset_id, dataset=dataset_id, variant=variant["name"],
+                            format=variant["format"], target=variant["uri"], pattern="slab-read",
+                            reader=reader, platform=platform, platform_kind=kind,
+                            repetition=repetition, params=params,
+                            reader_options=kinds.get(variant["kind"]).reader_options(variant) or None,
+                        ).to_event())
     return cases

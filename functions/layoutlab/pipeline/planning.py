@@ -10,8 +10,9 @@ returns exactly the fields ``stepfunctions/README.md`` promises.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from layoutlab import kinds
 from layoutlab import settings as variables
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
@@ -19,6 +20,7 @@ from layoutlab.guard import run_guarded
 from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline.case_reads import check_case_reads
 from layoutlab.pipeline.facts import dataset_facts
+from layoutlab.pipeline.payloads import CaseList, Concurrency, ConvertTask, ExecutionInput, PlanOutput, WorkUnits
 from layoutlab.storage import versioned_url
 
 DEFAULT_MAX_CONCURRENCY = variables.DEFAULT_MAX_CONCURRENCY
@@ -73,24 +75,24 @@ def resolve_platforms(requested: list[str], available: dict) -> tuple[list[str],
 
 
 def variant_uri(outputs_bucket: str, dataset_id: str, spec: dict, source_url: str) -> str:
-    if spec["kind"] == "original":
+    kind = kinds.get(spec["kind"])
+    if not kind.converted:
         return source_url
-    suffix = {"zarr": ".zarr", "kerchunk": ".json", "icechunk": ".icechunk"}.get(spec["format"], ".h5")
-    return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{suffix}"
+    return f"s3://{outputs_bucket}/variants/{dataset_id}/{spec['name']}{kind.suffix}"
 
 
 def _put_json(s3, bucket: str, key: str, value) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
 
 
-def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
-    dataset_id = execution["dataset_id"]
-    source = execution["source"]
+def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings) -> PlanOutput:
+    dataset_id = execution.dataset_id
+    source = execution.source
     # Pinned to the event's version: the key may have been overwritten since.
     source_url = versioned_url(source["bucket"], source["key"], source.get("version_id"))
     size = int(source.get("size") or source.get("size_bytes") or 0)
     # Ingest checked the plan against the ceilings; an execution started another way is checked here.
-    plan = plans.merge_plan(execution.get("plan"), ceilings=settings.ceilings, input_bytes=size or None)
+    plan = plans.merge_plan(execution.plan, ceilings=settings.ceilings, input_bytes=size or None)
     # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
     # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
     facts = run_guarded(dataset_facts, source_url, path=source_url)
@@ -112,33 +114,34 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
     # References over a paged variant are built by that variant's own convert task, after it published it
     derived = {}
     for spec in specs:
-        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
-            derived.setdefault(spec["over"], []).append(spec)
+        if builder := kinds.get(spec["kind"]).built_by(spec):
+            derived.setdefault(builder, []).append(spec)
     for spec in specs:
         produced.append(spec)
         if spec["name"] in derived:
             spec = {**spec, "derived": derived[spec["name"]]}
-        base = {"dataset_id": dataset_id, "source": source, "variant": spec}
-        if spec["kind"] == "virtual-kerchunk" and spec.get("over") not in (None, "original"):
+        base = ConvertTask(dataset_id=dataset_id, source=source, variant=spec)
+        kind = kinds.get(spec["kind"])
+        if kind.built_by(spec):
             continue
-        if spec["kind"] == "original":
-            store.put_variant(dataset_id, "original", uri=source_url, format="hdf5", variant_kind="original",
+        if not kind.converted:
+            store.put_variant(dataset_id, spec["name"], uri=source_url, format=spec["format"], variant_kind=kind.name,
                               size_bytes=size, status="READY")
-        elif spec["format"] == "zarr" and size > fan_out_above and (units := _prepare_rechunk(spec, source_url, settings.ceilings)):
+        elif kind.fans_out and size > fan_out_above and (units := kind.prepare_work_units(spec, source_url, settings.ceilings)):
             # Units of every stage go into the one Map, stage 0 first (the plan's order), so
             # a stage-1 unit rarely finds a stage-0 unit it reads not done yet (it then runs it).
-            work_units += [{**base, "phase": "unit", "work_unit": {"k": k}} for k in range(units)]
-            publish_tasks.append({**base, "phase": "publish"})
+            work_units += [replace(base, phase="unit", work_unit=k) for k in range(units)]
+            publish_tasks.append(replace(base, phase="publish"))
         else:
-            convert_tasks.append({**base, "phase": "whole", "convert_on": convert_on})
+            convert_tasks.append(replace(base, phase="whole", convert_on=convert_on))
 
     cases = plans.expand_cases(plan, facts, dataset_id, produced)
     run_prefix = f"runs/{dataset_id}/"
     _put_json(s3, settings.outputs_bucket, run_prefix + "cases.json", cases)
-    work_units_ref = {"key": None, "count": 0}
+    work_units_ref = WorkUnits(key=None, count=0)
     if work_units:
-        _put_json(s3, settings.outputs_bucket, run_prefix + "work-units.json", work_units)
-        work_units_ref = {"key": run_prefix + "work-units.json", "count": len(work_units)}
+        _put_json(s3, settings.outputs_bucket, run_prefix + "work-units.json", [t.to_event() for t in work_units])
+        work_units_ref = WorkUnits(key=run_prefix + "work-units.json", count=len(work_units))
     concurrency = dict(settings.max_concurrency)
     if isinstance(plan.get("max_concurrency"), int):
         concurrency["bench"] = min(concurrency["bench"], plan["max_concurrency"])
@@ -146,36 +149,15 @@ def plan_dataset(execution: dict, *, s3, store, settings: PlanSettings) -> dict:
             if facts.grid_shape else {})  # the model in report/model.py predicts chunk shapes from these
     store.update_run(dataset_id, kind_of_data=facts.kind, variants=[s["name"] for s in produced],
                      cases=len(cases), rounds=1, platforms=platforms, platform_substitutions=substitutions, **grid)
-    return {
-        "convert_tasks": convert_tasks,
-        "publish_tasks": publish_tasks,
-        "work_units": work_units_ref,
+    return PlanOutput(
+        convert_tasks=convert_tasks,
+        publish_tasks=publish_tasks,
+        work_units=work_units_ref,
         # the case list of the round to run; pipeline/repetitions.py writes the next round's
-        "cases": {"key": run_prefix + "cases.json", "count": len(cases), "round": 1, "planned": len(cases)},
-        "repetitions": plans.repetition_schedule(plan),
-        "results_prefix": f"map-runs/{dataset_id}/",
-        "max_concurrency": concurrency,
-        "tolerated_failure_percentage": settings.tolerated_failure_percentage,
-    }
-
-
-def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
-    """Options of ``plan_rechunk``/``rechunk``; the bound is the smaller of the variant's
-    ``max_mem`` and what the task's platform leaves (``max_mem``), when either is given."""
-    from layoutlab.pipeline.plan import parse_size
-
-    options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
-    if spec.get("compressor"):
-        options["compressor"] = spec["compressor"]
-    bounds = [b for b in (parse_size(spec["max_mem"]) if spec.get("max_mem") else None, max_mem) if b]
-    if bounds:
-        options["max_mem"] = min(bounds)
-    return options
-
-
-def _prepare_rechunk(spec: dict, source_url: str, ceilings: Ceilings) -> int:
-    """Stage the target and return its number of work units (of all stages: they run in any order)."""
-    from layoutlab.convert.rechunk_zarr import plan_rechunk
-
-    rechunk_plan = plan_rechunk(source_url, spec["uri"], prepare=True, ceilings=ceilings, **rechunk_options(spec))
-    return len(rechunk_plan["units"])
+        cases=CaseList(key=run_prefix + "cases.json", count=len(cases), round=1, planned=len(cases)),
+        repetitions=plans.repetition_schedule(plan),
+        results_prefix=f"map-runs/{dataset_id}/",
+        max_concurrency=Concurrency(convert=concurrency["convert"], work_units=concurrency["work_units"],
+                                    bench=concurrency["bench"]),
+        tolerated_failure_percentage=settings.tolerated_failure_percentage,
+    )

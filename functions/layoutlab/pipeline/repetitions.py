@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 
 from layoutlab.pipeline import plan as plans
+from layoutlab.pipeline.payloads import BenchCase, CaseList, MoreRepetitionsInput, Schedule
 from layoutlab.report import decision
 
 
@@ -59,7 +60,7 @@ def undecided(records: list[dict], resolution: float) -> list[dict]:
     return [c for c in comparisons(records, resolution) if not c["decided"]]
 
 
-def cases_to_repeat(first_round: list[dict], open_comparisons: list[dict], records: list[dict]) -> list[dict]:
+def cases_to_repeat(first_round: list[BenchCase], open_comparisons: list[dict], records: list[dict]) -> list[BenchCase]:
     """The cases of the first round (repetition 0) behind ``open_comparisons``, every reader of both
     sides that ``records`` hold a good result of, in the round's order."""
     measured = set(decision.walls_by_key(records))  # (platform, pattern, variant, reader)
@@ -69,16 +70,16 @@ def cases_to_repeat(first_round: list[dict], open_comparisons: list[dict], recor
         wanted.add((decision.ORIGINAL, c["pattern"], c["platform"]))
     chosen, seen = [], set()
     for case in first_round:
-        key = (case["variant"], case["pattern"], case["reader"], case["platform"])
-        if ((case["variant"], case["pattern"], case["platform"]) in wanted and key not in seen
-                and (case["platform"], case["pattern"], case["variant"], case["reader"]) in measured):
+        key = (case.variant, case.pattern, case.reader, case.platform)
+        if ((case.variant, case.pattern, case.platform) in wanted and key not in seen
+                and (case.platform, case.pattern, case.variant, case.reader) in measured):
             seen.add(key)
             chosen.append(case)
     return chosen
 
 
-def next_round_cases(first_round: list[dict], open_comparisons: list[dict], records: list[dict], schedule: dict,
-                     round_number: int) -> list[dict]:
+def next_round_cases(first_round: list[BenchCase], open_comparisons: list[dict], records: list[dict],
+                     schedule: Schedule, round_number: int) -> list[BenchCase]:
     """Round ``round_number``'s cases: repetitions are the outer loop, as in the first round."""
     templates = cases_to_repeat(first_round, open_comparisons, records)
     return [plans.repeat_case(case, repetition)
@@ -100,58 +101,55 @@ def brief(comparison: dict) -> dict:
                                        "interval", "repetitions")}
 
 
-def plan_more_repetitions(event: dict, *, s3, store, outputs_bucket: str) -> dict:
+def plan_more_repetitions(step: MoreRepetitionsInput, *, s3, store, outputs_bucket: str) -> CaseList:
     """The state machine's ``PlanMoreRepetitions`` step: the next round's case list, or none.
 
-    ``event``: ``dataset_id``, ``cases`` (the round just run: ``key``, ``count``, ``round``,
-    ``planned``) and ``repetitions`` (the plan's schedule). Returns the next ``cases`` object;
-    ``count`` 0 (``key`` null) when nothing is left undecided or the schedule has no round left.
+    ``step``: ``dataset_id``, ``cases`` (the round just run) and ``repetitions`` (the plan's schedule).
+    Returns the next ``cases``; ``count`` 0 (``key`` None) when nothing is left undecided or the
+    schedule has no round left.
     """
-    dataset_id = event["dataset_id"]
-    current, schedule = event["cases"], event["repetitions"]
-    results = store.items(dataset=dataset_id, kind="RESULT")
-    still_open = undecided(results, schedule["resolution"])
-    round_number = int(current["round"]) + 1
-    done = {"key": None, "count": 0, "round": current["round"], "planned": current["planned"],
-            "undecided": len(still_open)}
-    if not still_open or round_number > schedule["max_rounds"]:
+    current, schedule = step.cases, step.repetitions
+    results = store.items(dataset=step.dataset_id, kind="RESULT")
+    still_open = undecided(results, schedule.resolution)
+    round_number = current.round + 1
+    done = CaseList(key=None, count=0, round=current.round, planned=current.planned, undecided=len(still_open))
+    if not still_open or round_number > schedule.max_rounds:
         return done
-    run_prefix = f"runs/{dataset_id}/"
+    run_prefix = f"runs/{step.dataset_id}/"
     body = s3.get_object(Bucket=outputs_bucket, Key=run_prefix + "cases.json")["Body"].read()
-    first_round = [c for c in json.loads(body) if c.get("repetition") == 0]
+    first_round = [case for case in map(BenchCase.from_event, json.loads(body)) if case.repetition == 0]
     cases = next_round_cases(first_round, still_open, results, schedule, round_number)
     if not cases:
         return done
     key = f"{run_prefix}cases-round-{round_number}.json"
-    s3.put_object(Bucket=outputs_bucket, Key=key, Body=json.dumps(cases).encode(), ContentType="application/json")
-    planned = int(current["planned"]) + len(cases)
-    store.update_run(dataset_id, cases=planned, rounds=round_number)
-    return {"key": key, "count": len(cases), "round": round_number, "planned": planned,
-            "undecided": len(still_open)}
+    s3.put_object(Bucket=outputs_bucket, Key=key, Body=json.dumps([c.to_event() for c in cases]).encode(),
+                  ContentType="application/json")
+    planned = current.planned + len(cases)
+    store.update_run(step.dataset_id, cases=planned, rounds=round_number)
+    return CaseList(key=key, count=len(cases), round=round_number, planned=planned, undecided=len(still_open))
 
 
-def rounds_summary(plan_state: dict, results: list[dict]) -> dict:
+def rounds_summary(cases: CaseList | None, schedule: Schedule | None, results: list[dict]) -> dict:
     """For the SUMMARY: how many rounds ran, and which comparisons are undecided after the last.
 
-    ``plan_state`` is the execution's ``$.plan`` (the plan step's answer, ``cases`` replaced by
-    each later round's); a state without a schedule (an older execution) counts as one round.
+    ``cases`` and ``schedule`` are the execution's ``$.plan.cases`` (the last round's) and
+    ``$.plan.repetitions``; a state without a schedule (an older execution) counts as one round.
     """
-    cases = plan_state.get("cases") or {}
-    schedule = plan_state.get("repetitions") or {}
-    resolution = schedule.get("resolution", plans.DEFAULT_RESOLUTION)
-    rounds = int(cases.get("round") or 1)
+    resolution = schedule.resolution if schedule else plans.DEFAULT_RESOLUTION
+    rounds = cases.round if cases else 1
     open_now = undecided(results, resolution)
-    adaptive = bool(schedule) and schedule["max"] > schedule["first"]
+    adaptive = schedule is not None and schedule.max > schedule.first
     if not open_now:
         stopped = "all decided"
     elif not adaptive:
         stopped = "more repetitions off"
-    elif rounds >= schedule["max_rounds"]:
+    elif rounds >= schedule.max_rounds:
         stopped = "max_repetitions"
     else:
         stopped = "no round left"
-    summary = {"rounds": rounds, "max_rounds": schedule.get("max_rounds", 1),
-               "repetitions": schedule.get("first"), "max_repetitions": schedule.get("max"),
+    summary = {"rounds": rounds, "max_rounds": schedule.max_rounds if schedule else 1,
+               "repetitions": schedule.first if schedule else None,
+               "max_repetitions": schedule.max if schedule else None,
                "resolution": resolution, "undecided": [brief(c) for c in open_now][:50], "stopped": stopped}
     summary["text"] = rounds_text(summary, open_now)
     return summary

@@ -16,33 +16,23 @@ budget was not recorded.
 
 from __future__ import annotations
 
+from layoutlab import kinds
+
 # Lopez et al. / NSIDC: paging should add at most 5 % to a file (ATL03 v7 in production grows ~1 %).
 DEFAULT_SIZE_BUDGET = 0.05
 ORIGINAL = "original"
-VIRTUAL_KINDS = ("virtual-kerchunk", "icechunk-virtual")
-PAGED_KINDS = ("repack-paged", "rechunked-paged")
 
 
-def variant_kind(name: str, item: dict | None) -> str | None:
-    item = item or {}
-    kind = item.get("variant_kind") or (item.get("spec") or {}).get("kind")
-    if kind:
-        return kind
-    if name == ORIGINAL:
-        return "original"
-    if name.startswith("paged-"):
-        return "repack-paged"
-    if name.startswith("rechunked-paged-"):
-        return "rechunked-paged"
-    return None
+def is_paged(name: str, item: dict | None) -> bool:
+    """Variant ``name`` (VARIANT item ``item``, or None) is of a paged HDF5 kind (``kinds.kind_of``)."""
+    kind = kinds.kind_of(name, item)
+    return bool(kind and kind.paged)
 
 
 def referenced_variant(name: str, item: dict | None) -> str | None:
     """The variant whose bytes ``name``'s references point at (None for a copy or the original)."""
-    if variant_kind(name, item) not in VIRTUAL_KINDS:
-        return None
-    over = ((item or {}).get("spec") or {}).get("over")
-    return over or ORIGINAL
+    kind = kinds.kind_of(name, item)
+    return kind.reads_through(item) if kind else None
 
 
 def making_order(name: str, variants: dict[str, dict]) -> list[str]:
@@ -90,9 +80,10 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
     rows = []
     for name in sorted(variants, key=lambda n: (n != ORIGINAL, n)):
         item = variants[name] or {}
-        kind = variant_kind(name, item)
+        kind = kinds.kind_of(name, item)
+        kind_name = item.get("variant_kind") or (item.get("spec") or {}).get("kind") or (kind.name if kind else None)
         if item.get("status") == "SKIPPED":  # "auto" paging that could not help within the budget: nothing made
-            rows.append({"variant": name, "kind": kind, "status": "SKIPPED", "reason": item.get("reason"),
+            rows.append({"variant": name, "kind": kind_name, "status": "SKIPPED", "reason": item.get("reason"),
                          "size_bytes": None, "storage_bytes": None, "references": referenced_variant(name, item),
                          "overhead": None, "size_budget": _budget(item), "budget_recorded": "size_budget" in item,
                          "within_budget": None, "flag": False, "page_size": None,
@@ -102,7 +93,7 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
             continue  # a failed variant stored nothing worth judging
         needed = storage_bytes(name, variants)
         over = referenced_variant(name, item)
-        if kind == "original":
+        if kind is not None and not kind.converted:  # the upload itself
             overhead = 0.0
         elif over is None and item.get("size_overhead") is not None:
             overhead = float(item["size_overhead"])  # the converter's own figure for a copy
@@ -120,11 +111,11 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
                  (item.get("spec") or {}).get("page_size"))
         page = next((p for p in pages if isinstance(p, int) and not isinstance(p, bool)), None)  # not "auto"
         rows.append({
-            "variant": name, "kind": kind, "status": item.get("status", "READY"),
+            "variant": name, "kind": kind_name, "status": item.get("status", "READY"),
             "size_bytes": item.get("size_bytes"), "storage_bytes": needed,
             "references": over, "overhead": overhead, "size_budget": budget,
             "budget_recorded": recorded is not None, "within_budget": within,
-            "flag": within is False and (kind in PAGED_KINDS or over is not None),
+            "flag": within is False and (bool(kind and kind.paged) or over is not None),
             "page_size": int(page) if page else None, "page_size_choice": item.get("page_size_choice"),
         })
     return rows

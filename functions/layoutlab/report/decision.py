@@ -373,9 +373,9 @@ BASELINE = f"original + {DEFAULT_READER}'s"
 
 
 def paged_variants(variants: dict[str, dict], records: list[dict]) -> list[str]:
-    """Paged HDF5 copies: by their VARIANT item's kind, else (results without items) by name."""
+    """Paged HDF5 copies: by their VARIANT item's kind, else (results without items) by the kind giving the name."""
     names = {r["variant"] for r in records if r.get("variant")} | set(variants)
-    return sorted(n for n in names if budget.variant_kind(n, variants.get(n)) in budget.PAGED_KINDS)
+    return sorted(n for n in names if budget.is_paged(n, variants.get(n)))
 
 
 def paged_reader_effect(records: list[dict], variants: dict[str, dict] | None = None) -> dict[str, list[dict]]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from layoutlab.convert.rechunk_plan import PlanError
 from layoutlab.errors import UserError
+from layoutlab.kinds._transfer import RECHUNK_MEMORY_SHARE  # the share of a platform's memory a rechunk gets
 
 REPO_RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 NGUYEN = {  # Nguyen et al. 2023, one node, GEOS-FP 5136 x 721 x 1152 (seeds/nguyen2023-zarr-chunking.txt)
@@ -34,7 +35,6 @@ NGUYEN = {  # Nguyen et al. 2023, one node, GEOS-FP 5136 x 721 x 1152 (seeds/ngu
     "slowest_chunks": (6, 50, 10), "slowest_hours": 46.516,
 }
 LAMBDA_TIMEOUT_S = 900
-RECHUNK_MEMORY_SHARE = 0.5  # pipeline/variants.py gives the rechunker half the platform's memory
 
 
 def rechunk_observations(paths: list[Path], kept_items: list[dict] | None = None) -> list[dict]:
