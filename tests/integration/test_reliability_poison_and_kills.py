@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 import pytest
 
+from layoutlab import ceilings
 from layoutlab.local import dispatch
 from layoutlab.local.pipeline import LocalPipeline
 from layoutlab.samples import geos
@@ -102,6 +103,9 @@ def run(tmp_path_factory):
         # Read by the local cloud server (and the plan task it starts) at start.
         env.setenv(dispatch.TASK_TIMEOUT_ENV, json.dumps({"bench": BENCH_TIMEOUT_S}))
         env.setenv("LAYOUTLAB_TOLERATED_FAILURE_PERCENTAGE", "70")
+        # The bomb's whole-grid case declares 16 GiB: over the dev ceiling (8 GiB) the plan step would refuse it
+        # (test_plan_ceilings.py); this module is about the task that is killed running it, as prod's 32 GiB allows.
+        env.setenv(ceilings.ENV_VARIABLE, ceilings.Ceilings(max_case_read_bytes=32 * 2**30).to_json())
         state = work / "cloud" / STATE_FILE
         cloud = start_local_cloud(state, latency_ms=0, bandwidth_mbps=0, log_path=state.with_suffix(".log"))
     try:
