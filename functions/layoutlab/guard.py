@@ -78,12 +78,57 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
     no /proc (or with LAYOUTLAB_NO_GUARD=1). ``cleanup(pid)`` runs when the child was
     stopped or crashed, to remove what it left half-written.
     """
-    if not _can_guard():
-        return fn(*args, **kwargs)
+    return start_guarded(fn, *args, path=path, stall_seconds=stall_seconds, cleanup=cleanup,
+                         without_credentials=without_credentials, **kwargs).result()
+
+
+class GuardedCall:
+    """A guarded call running in its child while the caller does other work (``start_guarded``).
+
+    ``result()`` waits for it as ``run_guarded`` does (the stall watch runs while it waits) and
+    keeps its answer; ``cancel()`` stops the child. Where there is no fork, the call runs in
+    ``result()`` itself."""
+
+    def __init__(self, path: str, stall: float, cleanup, pid: int | None = None, read_end: int | None = None,
+                 deferred=None):
+        self._path, self._stall, self._cleanup = path, stall, cleanup
+        self._pid, self._read_end, self._deferred = pid, read_end, deferred
+        self._answer: tuple | None = None
+
+    def result(self):
+        if self._answer is None:
+            try:
+                if self._pid is None:
+                    value = self._deferred()
+                else:
+                    pid, self._pid = self._pid, None
+                    value = _watch(pid, self._read_end, self._path, self._stall, self._cleanup)
+                self._answer = ("ok", value)
+            except BaseException as error:
+                self._answer = ("raised", error)
+        if self._answer[0] == "raised":
+            raise self._answer[1]
+        return self._answer[1]
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (its answer is not wanted any more)."""
+        if self._pid is not None:
+            pid, self._pid = self._pid, None
+            os.close(self._read_end)
+            _reap(pid, kill=True)
+            self._answer = ("raised", GuardedCallFailed(f"{self._path}: cancelled"))
+
+
+def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None,
+                  without_credentials: bool = False, **kwargs) -> GuardedCall:
+    """``run_guarded``'s child started, not waited for: the caller goes on with other work (on the
+    other core) and collects the answer with ``result()``."""
     if stall_seconds is None:
         stall_seconds = DEFAULT_STALL_SECONDS if DEFAULT_STALL_SECONDS is not None else \
             settings.value("LAYOUTLAB_STALL_SECONDS")
     stall = float(stall_seconds)
+    if not _can_guard():
+        return GuardedCall(path, stall, cleanup, deferred=lambda: fn(*args, **kwargs))
     read_end, write_end = os.pipe()
     # Objects that exist before the fork go to the collector's permanent generation:
     # the child's collections then neither scan them nor write to their pages (which
@@ -126,7 +171,7 @@ def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanu
         finally:
             os._exit(0)
     os.close(write_end)
-    return _watch(pid, read_end, path, stall, cleanup)
+    return GuardedCall(path, stall, cleanup, pid=pid, read_end=read_end)
 
 
 def _die_with_parent(parent: int) -> None:

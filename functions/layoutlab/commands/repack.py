@@ -154,5 +154,9 @@ def run(args) -> int:
     for note in summary.notes:
         print(f"  note: {note}")
     if summary.verified:
-        print(f"  verified: decoded data and attributes identical ({summary.verify_seconds:.2f} s)")
+        decoded = summary.decode_check
+        beside = (f"; every stored chunk of the input decoded beside the copy ({decoded['chunks'] + decoded['by_hdf5']} "
+                  f"chunks, {decoded['seconds']:.2f} s)") if decoded else ""
+        print(f"  verified: decoded data and attributes identical ({summary.verify_seconds:.2f} s after the copy)"
+              + beside)
     return 0

@@ -60,6 +60,9 @@ class RepackSummary:
         self.seconds = 0.0
         self.verify_seconds: float | None = None
         self.verified = False
+        # --verify's decode of every stored chunk of the input, run beside the copy (convert/decode_check.py):
+        # datasets, chunks, stored_bytes, by_hdf5, seconds
+        self.decode_check: dict | None = None
         self.groups = self.datasets = self.attributes = self.chunks_copied_raw = 0
         self.compact_to_contiguous: list[str] = []
         self.unlimited_fixed: list[str] = []

@@ -73,6 +73,7 @@ def repack(
     chunks: dict[str, tuple[int, ...]] | None = None,
     verify: bool = False,
     progress=None,
+    decoding=None,
 ) -> RepackSummary:
     """The Python engine: repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
 
@@ -103,7 +104,7 @@ def repack(
                     stream.write(job.userblock)
             summary.seconds = time.perf_counter() - started
             if verify:
-                verify_copy(in_path, tmp, summary)
+                verify_copy(in_path, tmp, summary, decoding)
         os.replace(tmp, out_path)
     finally:
         if tmp.exists():
@@ -125,11 +126,17 @@ def _damage_names_the_input(in_path, doing="copy it"):
         raise UserError(f"{in_path}: HDF5 failed to {doing}: {damaged_reason(error)}") from None
 
 
-def verify_copy(in_path, copy_path, summary: RepackSummary) -> None:
-    """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ."""
+def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None) -> None:
+    """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ.
+
+    ``decoding`` (convert/decode_check.py), when given, has been decoding every stored chunk of the
+    input beside the copy: its verdict is collected here, after the comparison, instead of decoding
+    in this process; a damaged chunk is the input's fault and is reported before any difference."""
     started = time.perf_counter()
     with _damage_names_the_input(in_path, "verify the copy against it"):
-        problems = compare_files(in_path, copy_path)
+        problems = compare_files(in_path, copy_path, decode=decoding is None)
+        if decoding is not None:
+            summary.decode_check = vars(decoding.result()).copy()
     summary.verify_seconds = time.perf_counter() - started
     if problems:
         raise CopyDiffers(f"{in_path}: verification of the repacked copy failed: {problems[0]}"
@@ -443,7 +450,7 @@ class _Repacker:
             changed = True
         if not changed:
             return None
-        if new_chunks == src_chunks and _missing_filters(src):
+        if new_chunks == src_chunks and missing_filters(src):
             # H5Dcreate needs every mandatory filter of the creation properties: without its plugin the
             # dataset cannot be made anew (h5repack copies it as it is too). Its stored chunks are copied.
             for done in (self.summary.unlimited_fixed, self.summary.compact_to_contiguous):
@@ -451,7 +458,7 @@ class _Repacker:
                     done.remove(path)
             if any(m is None for m in maxshape) and path not in self.summary.unlimited_kept:
                 self.summary.unlimited_kept.append(path)
-            self.summary.notes.append(f"{path}: kept as it is (its filter {', '.join(_missing_filters(src))} is not "
+            self.summary.notes.append(f"{path}: kept as it is (its filter {', '.join(missing_filters(src))} is not "
                                       "installed here, and a dataset cannot be made anew without it)")
             return None
         if h5py.h5o.get_info(src.id).rc > 1:
@@ -1096,8 +1103,11 @@ def _blocks(shape, chunks, itemsize, limit=BLOCK_BYTES):
 # --- verification -------------------------------------------------------------
 
 
-def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
+def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) -> list[str]:
     """Differences in decoded data and attributes between two HDF5 files (empty list: same content).
+
+    ``decode=False``: chunks found identical as stored are not decoded here (the caller decodes the
+    input's chunks elsewhere: convert/decode_check.py).
 
     Layout (chunking, page strategy, unlimited vs fixed maximum shape) is allowed
     to differ; shapes, dtypes, values, fill values, filters' decoded result and
@@ -1146,9 +1156,9 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
                 _compare_attrs(obj_a, obj_b, problems, deferred)
                 if isinstance(obj_a, h5py.Dataset):
                     try:
-                        _compare_dataset(obj_a, obj_b, problems, block_bytes)
+                        _compare_dataset(obj_a, obj_b, problems, block_bytes, decode)
                     except OSError:
-                        missing = _missing_filters(obj_a)
+                        missing = missing_filters(obj_a)
                         if not missing:
                             raise
                         raise UserError(f"{a_path}: --verify cannot decode /{name}: its filter {', '.join(missing)} is "
@@ -1167,7 +1177,7 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES) -> list[str]:
     return problems
 
 
-def _missing_filters(dataset: h5py.Dataset) -> list[str]:
+def missing_filters(dataset: h5py.Dataset) -> list[str]:
     """The dataset's filters whose plugin this HDF5 cannot load, as "32004 (lz4)"."""
     dcpl = dataset.id.get_create_plist()
     missing = []
@@ -1386,7 +1396,7 @@ def _filters(dcpl) -> list:
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
-def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
+def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True):
     space_a, space_b = a.id.get_space(), b.id.get_space()
     kind = space_a.get_simple_extent_type()
     if kind != space_b.get_simple_extent_type() or not a.id.get_type().equal(b.id.get_type()):
@@ -1435,8 +1445,8 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
     if same_stored is not None:
         if not same_stored:
             problems.append(f"{a.name}: stored chunks differ")
-        elif _filters(dcpl_a):  # the same bytes prove a faithful copy, not readable data: decode them once
-            _decode_every_chunk(a, block_bytes)
+        elif decode and _filters(dcpl_a):  # the same bytes prove a faithful copy, not readable data: decode them once
+            decode_blocks(a, block_bytes)
         return
     if a.id.get_storage_size() == 0 and b.id.get_storage_size() == 0:
         return  # nothing written in either: both read as fill (or undefined) values
@@ -1447,22 +1457,37 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes):
             return
 
 
-def _decode_every_chunk(dataset: h5py.Dataset, block_bytes: int) -> None:
-    """Run the filters over every stored chunk of ``dataset`` (the input's); a chunk they cannot decode is
-    damage in the input, named as such (a copy of its bytes would be as unreadable as the original).
-    A filter whose plugin is not installed here cannot run: identical stored bytes are then all there is
-    to check (the copy keeps them as stored)."""
-    if _missing_filters(dataset):
+def decode_blocks(dataset: h5py.Dataset, block_bytes: int, within: tuple[slice, ...] | None = None) -> None:
+    """Run the filters over every stored chunk of ``dataset`` (the input's), or of the region ``within``;
+    a chunk they cannot decode is damage in the input, named as such (a copy of its bytes would be as
+    unreadable as the original). A filter whose plugin is not installed here cannot run: identical
+    stored bytes are then all there is to check (the copy keeps them as stored)."""
+    if missing_filters(dataset):
         return
-    for selection in _blocks(dataset.shape, dataset.chunks, dataset.id.get_type().get_size(), block_bytes):
+    region = within or tuple(slice(0, n) for n in dataset.shape)
+    itemsize = dataset.id.get_type().get_size()
+    for selection in _shifted_blocks(region, dataset.chunks, itemsize, block_bytes):
         try:
             dataset[selection]
         except OSError as error:
-            if _missing_filters(dataset):
+            if missing_filters(dataset):
                 raise  # (compare_files names the missing plugin)
+            for chunk in _shifted_blocks(selection, dataset.chunks, itemsize, 1):  # which chunk: one at a time
+                try:
+                    dataset[chunk]
+                except OSError as chunk_error:
+                    selection, error = chunk, chunk_error
+                    break
             where = ", ".join(f"{part.start}:{part.stop}" for part in selection)
             raise BadInputFile(dataset.file.filename, f"a stored chunk of {dataset.name} in [{where}] cannot be "
                                                       f"decoded (damaged data): {damaged_reason(error)}") from None
+
+
+def _shifted_blocks(region: tuple[slice, ...], chunks, itemsize: int, block_bytes: int):
+    """``_blocks`` over ``region`` (chunk-aligned slices), in the dataset's coordinates."""
+    extent = tuple(r.stop - r.start for r in region)
+    for block in _blocks(extent, chunks, itemsize, block_bytes):
+        yield tuple(slice(r.start + b.start, r.start + b.stop) for r, b in zip(region, block))
 
 
 def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
@@ -1471,15 +1496,20 @@ def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     compared decoded)."""
     def located(ds):
         found = {}
-        ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset), (info.filter_mask, info.size)))
+        ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset),
+                                                        (info.filter_mask, info.size, info.byte_offset)))
         return found
 
     chunks_a, chunks_b = located(a), located(b)
     if not _listed_within([(offset,) for offset in chunks_a], a.shape):
         return None
-    if chunks_a != chunks_b:
+    if {k: v[:2] for k, v in chunks_a.items()} != {k: v[:2] for k, v in chunks_b.items()}:
         return False
-    return all(a.id.read_direct_chunk(offset) == b.id.read_direct_chunk(offset) for offset in chunks_a)
+    # The stored bytes read with pread at the addresses the chunk indexes give: H5Dread_chunk through
+    # h5py costs ~40 % more here (a chunk-cache lookup and a Python object per call).
+    with open(a.file.filename, "rb") as file_a, open(b.file.filename, "rb") as file_b:
+        return all(os.pread(file_a.fileno(), size, address) == os.pread(file_b.fileno(), size, chunks_b[offset][2])
+                   for offset, (_, size, address) in chunks_a.items())
 
 
 _PATHS: dict = {}

@@ -1,0 +1,142 @@
+"""``--verify``'s decode check: every stored chunk of the input run through its filters, beside the copy.
+
+A repack copies stored chunks without decoding them (as h5repack does), so a corrupt compressed chunk
+would be copied faithfully and pass a byte comparison; ``--verify`` therefore also decodes every chunk
+of the input. Decoding is the costly part of verifying (inflating 0.96 GB of GEOS-like deflate takes
+longer on one core than h5repack's whole copy), so it does not wait for the copy:
+``start(in_path)`` runs it in a guarded child process (layoutlab.guard: a crash or a spin of libhdf5
+is a clean error there too) on the other core while the copy is written, and ``DecodeCheck.result()``
+collects the verdict when the comparison of the copy is done.
+
+Two ways to decode, one judge:
+- chunks whose filters are deflate (+ shuffle) are read with ``pread`` at the addresses HDF5's chunk
+  index gives (``H5Dchunk_iter``) and inflated by ISA-L (zlib where it is missing) on every core of
+  the child: HDF5's own pipeline runs one chunk at a time under its global lock, with zlib. Such a
+  chunk passes when its zlib stream ends (its Adler-32 checked by the inflater) with exactly the
+  chunk's decoded size; unshuffling cannot fail, so HDF5 would decode it too;
+- every other pipeline, and any chunk the first way does not pass, is decoded by HDF5 itself, which
+  alone decides that a chunk is damaged and gives the reason.
+Datasets whose filter plugin is not installed here are not decoded (the copy keeps their bytes as
+stored: identical stored bytes are then all there is to check, as before).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from layoutlab.guard import GuardedCall, start_guarded
+
+DEFLATE, SHUFFLE = 1, 2  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE
+INFLATE_WINDOW = 8 << 20  # decoded bytes held at once per worker (a chunk can decode to 4 GiB)
+
+
+@dataclass
+class DecodeReport:
+    datasets: int = 0
+    chunks: int = 0
+    stored_bytes: int = 0
+    by_hdf5: int = 0  # chunks HDF5 decoded (other filters, or not passed by the fast way)
+    seconds: float = 0.0
+
+
+class DecodeCheck:
+    """The running check; ``result()`` is its ``DecodeReport`` or the ``BadInputFile`` naming a damaged chunk."""
+
+    def __init__(self, call: GuardedCall):
+        self._call = call
+
+    def result(self) -> DecodeReport:
+        return self._call.result()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+def start(in_path) -> DecodeCheck:
+    """Start decoding every stored chunk of ``in_path`` in a guarded child (see the module's text)."""
+    return DecodeCheck(start_guarded(decode_every_chunk, os.fspath(in_path), path=os.fspath(in_path),
+                                     without_credentials=True))
+
+
+def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport:
+    """Decode every stored chunk of every filtered chunked dataset of ``in_path`` reached by hard links;
+    ``BadInputFile`` for the first chunk HDF5 cannot decode."""
+    import h5py
+
+    from layoutlab.convert.repack_hdf5 import BLOCK_BYTES, decode_blocks, missing_filters, walk_objects
+    from layoutlab.hdf5_input import open_input
+
+    started = time.perf_counter()
+    report = DecodeReport()
+    workers = workers or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    fd = os.open(in_path, os.O_RDONLY)
+    try:
+        with open_input(in_path) as f, ThreadPoolExecutor(workers) as pool:
+            for _, info, gid, bname in walk_objects(f.id):
+                if info.type != h5py.h5o.TYPE_DATASET:
+                    continue
+                dataset = h5py.Dataset(h5py.h5d.open(gid, bname))
+                dcpl = dataset.id.get_create_plist()
+                if dcpl.get_layout() != h5py.h5d.CHUNKED or not dcpl.get_nfilters() or missing_filters(dataset):
+                    continue
+                report.datasets += 1
+                filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+                if not _inflatable(filters):
+                    report.by_hdf5 += dataset.id.get_num_chunks()
+                    decode_blocks(dataset, BLOCK_BYTES)
+                    continue
+                chunks = _chunks_within(dataset)
+                report.chunks += len(chunks)
+                report.stored_bytes += sum(size for _, _, _, size in chunks)
+                decoded_size = math.prod(dataset.chunks) * dataset.id.get_type().get_size()
+                deflate_bit = 1 << filters.index(DEFLATE)
+                passed = pool.map(lambda c: bool(c[1] & deflate_bit) or _inflates(fd, c[2], c[3], decoded_size), chunks)
+                for (offset, _, _, _), ok in zip(chunks, passed):
+                    if not ok:  # HDF5 decides, and says why
+                        report.by_hdf5 += 1
+                        decode_blocks(dataset, BLOCK_BYTES, within=tuple(
+                            slice(o, min(o + c, n)) for o, c, n in zip(offset, dataset.chunks, dataset.shape)))
+    finally:
+        os.close(fd)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _inflatable(filters: list[int]) -> bool:
+    return filters.count(DEFLATE) == 1 and set(filters) <= {DEFLATE, SHUFFLE}
+
+
+def _chunks_within(dataset) -> list[tuple[tuple[int, ...], int, int, int]]:
+    """(offset, filter mask, file address, stored size) of each stored chunk that starts inside the
+    dataset's shape (a chunk listed wholly beyond it is not where any reader finds values)."""
+    found = []
+    shape = dataset.shape
+    dataset.id.chunk_iter(lambda c: found.append((tuple(c.chunk_offset), c.filter_mask, c.byte_offset, c.size))
+                          if all(o < n for o, n in zip(c.chunk_offset, shape)) else None)
+    return found
+
+
+def _inflates(fd: int, address: int, stored: int, decoded_size: int) -> bool:
+    """The zlib stream stored at ``address`` ends, its checksum right, with exactly ``decoded_size`` bytes."""
+    try:
+        from isal.isal_zlib import decompressobj
+    except ImportError:  # (a platform without ISA-L's wheel: the standard library's zlib, slower)
+        from zlib import decompressobj
+
+    data = os.pread(fd, stored, address)
+    if len(data) != stored:
+        return False
+    inflater, produced = decompressobj(), 0
+    try:
+        while True:  # (bounded output per call: what was not yet inflated waits in unconsumed_tail)
+            out = len(inflater.decompress(data, INFLATE_WINDOW))
+            produced, data = produced + out, inflater.unconsumed_tail
+            if inflater.eof or produced > decoded_size or not (data or out):
+                break
+    except Exception:  # (zlib.error / isal's IsalError: not a valid stream; HDF5 will say what is wrong)
+        return False
+    return inflater.eof and produced == decoded_size
