@@ -2,7 +2,10 @@
 """layoutlab repack vs h5repack -S PAGE -G <same>, side by side in one run.
 
 For each input (a ~1 GB GEOS-like NetCDF-4 and a ~1 GB ATL03-like HDF5 by
-default) both tools run as fresh processes, alternating, ``--repeat`` times:
+default) the tools run as fresh processes, in rotating order, ``--repeat`` times:
+h5repack (which checks nothing), ``layoutlab repack`` as users run it (verified: the copy compared
+with the input and every input chunk decoded), the same with ``--no-verify``, and the Python
+engine verified.
 wall time, CPU time (user+sys), output size (overhead against the input) and peak RSS of each
 process (from ``wait4``). The ratio is layoutlab / h5repack on the median
 times; <= 1.0 means at least as fast. ``--memory-check-gb`` adds the bounded
@@ -54,10 +57,11 @@ print(json.dumps({"seconds": time.perf_counter() - started, "maxrss_kib": usage.
 """
 
 
-def measure(argv: list[str]) -> dict:
-    """Run ``argv`` as a fresh process; wall seconds and peak RSS (the kernel's rusage of that process)."""
+def measure(argv: list[str], env: dict | None = None) -> dict:
+    """Run ``argv`` as a fresh process; wall seconds and peak RSS (the kernel's rusage of that process and
+    of the processes it waited for: --verify's decode check runs in a child)."""
     result = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *argv], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "functions")})
+                            env={**os.environ, "PYTHONPATH": str(REPO / "functions"), **(env or {})})
     lines = result.stderr.strip().splitlines()
     status = json.loads(lines[-1])
     if status["code"] != 0:
@@ -87,18 +91,32 @@ def warm(path: Path) -> None:
             pass
 
 
-def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int) -> dict:
-    ours_out, ref_out = workdir / f"{src.stem}.layoutlab.h5", workdir / f"{src.stem}.h5repack.h5"
-    layoutlab = [sys.executable, "-m", "layoutlab.cli", "repack", str(src), str(ours_out),
-                 "--page-size", str(page_size), "--json", "--no-verify"]
-    h5repack = ["h5repack", "-S", "PAGE", "-G", str(page_size), str(src), str(ref_out)]
-    runs = {"layoutlab": [], "h5repack": []}
+# What is measured against ``h5repack -S PAGE -G N`` (unverified: h5repack has no check): layoutlab as a
+# user runs it (the CLI's default verifies the copy and decodes every input chunk), the same without the
+# check, and the Python engine (which the native engine hands a file it declines) with the check.
+TOOLS = {
+    "layoutlab": ([], {}),
+    "layoutlab_no_verify": (["--no-verify"], {}),
+    "layoutlab_python": ([], {"LAYOUTLAB_REPACK_ENGINE": "python"}),
+}
+
+
+def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, tools=tuple(TOOLS)) -> dict:
+    outputs = {tool: workdir / f"{src.stem}.{tool}.h5" for tool in ("h5repack", *tools)}
+    argvs = {"h5repack": (["h5repack", "-S", "PAGE", "-G", str(page_size), str(src), str(outputs["h5repack"])], {})}
+    for tool in tools:
+        extra, env = TOOLS[tool]
+        argvs[tool] = ([sys.executable, "-m", "layoutlab.cli", "repack", str(src), str(outputs[tool]),
+                        "--page-size", str(page_size), "--json", *extra], env)
+    runs = {tool: [] for tool in argvs}
     for repetition in range(repeat):
-        # Who runs first alternates too: a run inherits the page-cache and free-memory state the
+        # Who runs first rotates too: a run inherits the page-cache and free-memory state the
         # previous one left (1 GB of output freed just before), so a fixed order could favour one.
-        order = (("h5repack", h5repack), ("layoutlab", layoutlab))
-        for tool, argv in (order if repetition % 2 == 0 else order[::-1]):
-            for stale in (ours_out, ref_out):
+        order = list(argvs)
+        order = order[repetition % len(order):] + order[:repetition % len(order)]
+        for tool in order:
+            argv, env = argvs[tool]
+            for stale in outputs.values():
                 stale.unlink(missing_ok=True)
             # Warm before every run, not once: this VM's kernel hands cold page-cache pages
             # back to the host (DAMON reclaim), so an input warmed minutes ago may be on disk again.
@@ -106,16 +124,18 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int) ->
             # Start each run with no dirty pages: otherwise one tool pays for the
             # other's writeback (1 GB outputs exceed the kernel's dirty limits).
             os.sync()
-            result = measure(argv)
-            if tool == "layoutlab":
+            result = measure(argv, env)
+            if tool != "h5repack":
                 written = json.loads(result["stdout"])
                 result["in_process_seconds"], result["engine"] = written["seconds"], written["engine"]
-                result["engine_notes"] = written["notes"]
+                result["verified"], result["verify_seconds"] = written["verified"], written["verify_seconds"]
+                result["decode_check"], result["engine_notes"] = written["decode_check"], written["notes"]
             result.pop("stdout")
-            result["output_bytes"] = (ours_out if tool == "layoutlab" else ref_out).stat().st_size
+            result["output_bytes"] = outputs[tool].stat().st_size
             runs[tool].append(result)
     input_bytes = src.stat().st_size
     row = {"input": name, "input_bytes": input_bytes, "page_size": page_size, "repeat": repeat, "runs": runs}
+    reference = statistics.median(r["seconds"] for r in runs["h5repack"])
     for tool, results in runs.items():
         row[tool] = {
             "median_seconds": statistics.median(r["seconds"] for r in results),
@@ -125,14 +145,15 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int) ->
             "output_bytes": results[-1]["output_bytes"],
             "size_overhead": results[-1]["output_bytes"] / input_bytes - 1,
         }
-    row["layoutlab"]["median_in_process_seconds"] = statistics.median(r["in_process_seconds"] for r in runs["layoutlab"])
-    row["time_ratio"] = row["layoutlab"]["median_seconds"] / row["h5repack"]["median_seconds"]
-    # On a shared machine wall times of both tools swing 2-5x from run to run (page-cache and
-    # memory-bandwidth contention): best-of-N and CPU time (user+sys) are steadier views.
-    row["best_time_ratio"] = row["layoutlab"]["min_seconds"] / row["h5repack"]["min_seconds"]
-    row["cpu_time_ratio"] = row["layoutlab"]["median_cpu_seconds"] / row["h5repack"]["median_cpu_seconds"]
-    row["in_process_time_ratio"] = row["layoutlab"]["median_in_process_seconds"] / row["h5repack"]["median_seconds"]
-    for stale in (ours_out, ref_out):
+        if tool != "h5repack":
+            row[tool]["time_ratio"] = row[tool]["median_seconds"] / reference
+            # On a shared machine wall times of both tools swing 2-5x from run to run (page-cache and
+            # memory-bandwidth contention): best-of-N and CPU time (user+sys) are steadier views.
+            row[tool]["best_time_ratio"] = row[tool]["min_seconds"] / row["h5repack"]["min_seconds"]
+            row[tool]["cpu_time_ratio"] = row[tool]["median_cpu_seconds"] / row["h5repack"]["median_cpu_seconds"]
+            row[tool]["engines"] = sorted({r["engine"] for r in results})
+    row["time_ratio"] = row[tools[0]]["time_ratio"]
+    for stale in outputs.values():
         stale.unlink(missing_ok=True)
     return row
 
@@ -142,7 +163,7 @@ def memory_check(workdir: Path, gigabytes: float, page_size: int, keep: bool, re
     against h5repack at that size, where the fixed start-up cost weighs less than at 1 GB."""
     steps = int(gigabytes * 1e9 / (GEOS_STEP_BYTES * 0.66)) + 1  # zlib+shuffle keeps ~2/3 of the bytes
     src = ensure_geos(workdir / f"geos-{gigabytes:g}gb.nc", steps)
-    timing = compare(f"GEOS-like NetCDF-4, {gigabytes:g} GB", src, workdir, page_size, repeat)
+    timing = compare(f"GEOS-like NetCDF-4, {gigabytes:g} GB", src, workdir, page_size, repeat, tools=("layoutlab",))
     row = {"input_bytes": src.stat().st_size, "seconds": timing["layoutlab"]["median_seconds"],
            "peak_rss_bytes": timing["layoutlab"]["peak_rss_bytes"], "limit_bytes": 1 << 30,
            "ok": timing["layoutlab"]["peak_rss_bytes"] < (1 << 30), "timing": timing}
@@ -197,17 +218,14 @@ def main(argv=None) -> int:
     }
     print(f"\n{report['date']}  {report['machine']}  load {env_load[0]:.2f} -> {report['load_average_end'][0]:.2f}"
           f"  C loops: {'yes' if report['c_loops'] else 'no (' + str(report['c_loops_unavailable_reason']) + ')'}")
-    print(f"{'input':<22}{'size':>9}  {'tool':<10}{'time s':>8}{'ratio':>7}{'overhead':>10}{'peak RSS':>10}")
+    print(f"{'input':<22}{'size':>9}  {'tool':<22}{'time s':>8}{'ratio':>7}{'best':>6}{'CPU':>6}{'overhead':>10}{'peak RSS':>10}")
     for row in rows:
-        for tool in ("h5repack", "layoutlab"):
+        for tool in [t for t in row if t in TOOLS or t == "h5repack"]:
             r = row[tool]
-            ratio = f"{row['time_ratio']:.2f}" if tool == "layoutlab" else ""
-            print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<10}{r['median_seconds']:>8.2f}"
-                  f"{ratio:>7}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
-        engines = sorted({r["engine"] for r in row["runs"]["layoutlab"]})
-        print(f"{'':<33}(layoutlab {'/'.join(engines)} engine, in-process {row['layoutlab']['median_in_process_seconds']:.2f} s, "
-              f"ratio {row['in_process_time_ratio']:.2f}; best-of-{row['repeat']} ratio "
-              f"{row['best_time_ratio']:.2f}; CPU-time ratio {row['cpu_time_ratio']:.2f})")
+            ratios = (f"{r['time_ratio']:>7.2f}{r['best_time_ratio']:>6.2f}{r['cpu_time_ratio']:>6.2f}"
+                      if tool != "h5repack" else " " * 19)
+            print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<22}{r['median_seconds']:>8.2f}"
+                  f"{ratios}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
     if memory:
         timing = memory["timing"]
         print(f"memory check: {memory['input_bytes'] / 1e9:.2f} GB input, peak RSS {memory['peak_rss_bytes'] / 1e6:.0f} MB "

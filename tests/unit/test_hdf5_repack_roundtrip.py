@@ -434,3 +434,4 @@ def test_blocks_tile_the_shape_exactly_once():
     assert (seen == 1).all()
 
 
+

@@ -505,6 +505,116 @@ static PyObject *copy_plain_attributes(PyObject *self, PyObject *args) {
     return Py_BuildValue("KK", position, copied);
 }
 
+/* --- verification: attributes -------------------------------------------------------------
+ *
+ * same_plain_attributes(a, b, max_bytes) -> list of names (bytes), or None
+ *
+ * --verify's comparison of the attributes of object `a` (the input's) with those of `b` (the copy's).
+ * When both hold as many attributes and each plain one of `a` (fastcopy_plain_type, a value of at most
+ * max_bytes) is on `b` with an equal type, the same dataspace and the same stored bytes, the names of
+ * the others (variable-length, references, committed types, large values) are returned: Python compares
+ * those (repack_hdf5._compare_attribute knows how to walk them). On any difference, or any attribute it
+ * cannot read, it returns None and Python compares every attribute of the object, wording what differs.
+ * Why C: through h5py one attribute costs ~30 Python objects; 5,374 of an ATL03-like granule took 2.0 of
+ * the 3.4 s its verification took. */
+typedef struct {
+    hid_t other;
+    size_t max_bytes;
+    char *a, *b;
+    size_t capacity;
+    PyObject *left;
+    int python_error;
+} attribute_check;
+
+enum { SAME = 0, DIFFERS = 1, LEAVE_TO_PYTHON = 2 };
+
+static int same_dataspace(hid_t space_a, hid_t space_b) {
+    int kind = h5.Sget_simple_extent_type(space_a);
+    if (kind < 0 || kind != h5.Sget_simple_extent_type(space_b)) return 0;
+    if (kind != H5S_SIMPLE) return 1;
+    hsize_t dims_a[32], dims_b[32];
+    int rank = h5.Sget_simple_extent_ndims(space_a);
+    if (rank < 0 || rank > 32 || rank != h5.Sget_simple_extent_ndims(space_b)) return 0;
+    if (h5.Sget_simple_extent_dims(space_a, dims_a, NULL) < 0 || h5.Sget_simple_extent_dims(space_b, dims_b, NULL) < 0)
+        return 0;
+    return memcmp(dims_a, dims_b, (size_t)rank * sizeof *dims_a) == 0;
+}
+
+static int compare_attribute_values(attribute_check *check, hid_t attr_a, hid_t attr_b, hid_t type_a, hid_t type_b,
+                                    hid_t space) {
+    if (h5.Sget_simple_extent_type(space) == H5S_NULL) return SAME;
+    if (!fastcopy_plain_type(type_a)) return LEAVE_TO_PYTHON;
+    hssize_t points = h5.Sget_simple_extent_npoints(space);
+    size_t item = h5.Tget_size(type_a);
+    if (points < 0 || item == 0) return DIFFERS;
+    size_t size = (size_t)points * item;
+    if (size > check->max_bytes) return LEAVE_TO_PYTHON;
+    if (size > check->capacity) {
+        char *a = realloc(check->a, size), *b = a ? realloc(check->b, size) : NULL;
+        if (a) check->a = a;
+        if (b) check->b = b;
+        if (!a || !b) return LEAVE_TO_PYTHON;
+        check->capacity = size;
+    }
+    /* each file type as its memory type: the stored bytes, unconverted */
+    if (size && (h5.Aread(attr_a, type_a, check->a) < 0 || h5.Aread(attr_b, type_b, check->b) < 0)) return DIFFERS;
+    return size == 0 || memcmp(check->a, check->b, size) == 0 ? SAME : DIFFERS;
+}
+
+static herr_t check_one_attribute(hid_t location, const char *name, const void *info, void *op_data) {
+    (void)info;
+    attribute_check *check = op_data;
+    if (h5.Aexists(check->other, name) <= 0) return 1; /* stop: Python words the difference */
+    hid_t attr_a = h5.Aopen(location, name, H5P_DEFAULT);
+    hid_t attr_b = attr_a < 0 ? -1 : h5.Aopen(check->other, name, H5P_DEFAULT);
+    hid_t type_a = attr_b < 0 ? -1 : h5.Aget_type(attr_a), type_b = type_a < 0 ? -1 : h5.Aget_type(attr_b);
+    hid_t space_a = type_b < 0 ? -1 : h5.Aget_space(attr_a), space_b = space_a < 0 ? -1 : h5.Aget_space(attr_b);
+    int verdict = DIFFERS;
+    if (space_b >= 0 && h5.Tequal(type_a, type_b) > 0 && same_dataspace(space_a, space_b))
+        verdict = compare_attribute_values(check, attr_a, attr_b, type_a, type_b, space_a);
+    if (space_b >= 0) h5.Sclose(space_b);
+    if (space_a >= 0) h5.Sclose(space_a);
+    if (type_b >= 0) h5.Tclose(type_b);
+    if (type_a >= 0) h5.Tclose(type_a);
+    if (attr_b >= 0) h5.Aclose(attr_b);
+    if (attr_a >= 0) h5.Aclose(attr_a);
+    if (verdict == LEAVE_TO_PYTHON) {
+        PyObject *text = PyBytes_FromString(name);
+        if (!text || PyList_Append(check->left, text) < 0) {
+            Py_XDECREF(text);
+            check->python_error = 1;
+            return -1;
+        }
+        Py_DECREF(text);
+    }
+    return verdict == DIFFERS ? 1 : 0;
+}
+
+static PyObject *same_plain_attributes(PyObject *self, PyObject *args) {
+    long long a, b;
+    unsigned long long max_bytes;
+    if (!PyArg_ParseTuple(args, "LLK", &a, &b, &max_bytes)) return NULL;
+    if (!check_bound()) return NULL;
+    int count = h5.Aget_num_attrs((hid_t)a);
+    if (count < 0 || count != h5.Aget_num_attrs((hid_t)b)) Py_RETURN_NONE;
+    attribute_check check = {.other = (hid_t)b, .max_bytes = (size_t)max_bytes, .left = PyList_New(0)};
+    if (!check.left) return NULL;
+    hsize_t idx = 0;
+    herr_t status = count ? h5.Aiterate2((hid_t)a, H5_INDEX_NAME, H5_ITER_INC, &idx, check_one_attribute, &check) : 0;
+    free(check.a);
+    free(check.b);
+    if (check.python_error) {
+        Py_DECREF(check.left);
+        return NULL;
+    }
+    if (status != 0) { /* a difference (or an attribute HDF5 could not read): Python looks at them all */
+        Py_DECREF(check.left);
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return check.left;
+}
+
 /* --- the native engine ----------------------------------------------------------------------
  *
  * `layoutlab repack` of a whole file in C, with neither
@@ -1893,6 +2003,8 @@ static PyMethodDef methods[] = {
      "copy_chunks(src_dset, dst_dset, fd, rank, span_bytes, max_gap, progress) -> (chunks, bytes read)"},
     {"copy_plain_attributes", copy_plain_attributes, METH_VARARGS,
      "copy_plain_attributes(src_obj, dst_obj, index_type, start) -> (next position, attributes copied)"},
+    {"same_plain_attributes", same_plain_attributes, METH_VARARGS,
+     "same_plain_attributes(a_obj, b_obj, max_bytes) -> names left to compare in Python, or None; see above"},
     {"repack_file", repack_file, METH_VARARGS,
      "repack_file(src, dst, page_size, options, progress) -> (status, summary or reason); see the native engine above"},
     {NULL, NULL, 0, NULL},

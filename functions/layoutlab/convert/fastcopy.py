@@ -105,3 +105,11 @@ def copy_plain_attributes(src_id, dst_id, index_type: int, start: int, order: in
     in _fastcopy.c."""
     with library_lock():
         return _module.copy_plain_attributes(src_id.id, dst_id.id, index_type, start, order)
+
+
+def same_plain_attributes(a_id, b_id, max_bytes: int) -> list[bytes] | None:
+    """--verify's attribute check of two objects in C: the names of the attributes left for Python to
+    compare (not plain, or over ``max_bytes``), or None when something differs or could not be read
+    (Python then compares them all and words it). See same_plain_attributes in _fastcopy.c."""
+    with library_lock():
+        return _module.same_plain_attributes(a_id.id, b_id.id, max_bytes)
