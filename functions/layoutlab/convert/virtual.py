@@ -410,16 +410,19 @@ def write_icechunk_virtual(layout: VirtualLayout, target_url: str, etag: str | N
         put(f"{path}/zarr.json" if path else "zarr.json", _group_json(attrs).encode())
     for path, marr in layout.arrays.items():
         put(f"{path}/zarr.json", to_kerchunk_json_v3(marr.metadata).encode())
-        specs = []
-        for chunk_key, entry in marr.manifest.dict().items():
-            indices = [int(i) for i in chunk_key.split(".")] if marr.ndim else []
-            if "data" in entry:
-                put(f"{path}/{marr.metadata.encode_chunk_key(tuple(indices))}", entry["data"])
-            elif entry["path"] and entry["path"] != INLINED_CHUNK_PATH:
-                specs.append(icechunk.VirtualChunkSpec(index=indices, location=plain_url, offset=int(entry["offset"]),
-                                                       length=int(entry["length"]), etag_checksum=etag))
-        if specs:
-            failed = store.set_virtual_refs(path, specs, validate_containers=True)
+        # The manifest's flat arrays handed to Icechunk in one call (set_virtual_refs_arr, as VirtualiZarr's
+        # own Icechunk writer does: no Python object per chunk); the source's references all point at the
+        # one object, named by its unversioned URL; missing chunks ("") are skipped by Icechunk.
+        manifest = marr.manifest
+        for indices, data in manifest._inlined.items():
+            put(f"{path}/{marr.metadata.encode_chunk_key(tuple(indices))}", data)
+        paths = manifest._paths.ravel()
+        stored = (paths != "") & (paths != INLINED_CHUNK_PATH)
+        if stored.any():
+            failed = store.set_virtual_refs_arr(
+                path, tuple(manifest.shape_chunk_grid), np.where(stored, plain_url, "").tolist(),
+                manifest._offsets.ravel().astype(np.uint64), manifest._lengths.ravel().astype(np.uint64),
+                validate_containers=True, checksum=etag)
             if failed:
                 raise RuntimeError(f"Icechunk refused {len(failed)} virtual chunk(s) of {path}")
     for key, value in layout.native.items():
