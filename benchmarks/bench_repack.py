@@ -158,6 +158,59 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
     return row
 
 
+def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
+    """The pipeline's convert task (kinds/repack_paged.py) as it runs in the cloud, from download to
+    published variant: the upload downloaded to scratch, repacked with --verify (the task always
+    verifies), the copy published; against the same task with h5repack (unverified) in place of the
+    repack, through the same download and publish. The local cloud (moto on 127.0.0.1, what the local
+    pipeline's tasks use, no emulated link: conversions are not what it slows) holds the objects."""
+    import tempfile
+
+    import boto3
+
+    from layoutlab.kinds import get as kind_named
+    from layoutlab.kinds._transfer import download, publish
+    from layoutlab.local.cloud import start_local_cloud
+    from layoutlab.storage import S3Location
+
+    cloud = start_local_cloud(objects_on_disk_over=64 << 20)
+    saved = dict(os.environ)
+    try:
+        os.environ.update({**cloud.env(), "AWS_ENDPOINT_URL_S3": cloud.moto_endpoint})
+        s3 = boto3.client("s3", endpoint_url=cloud.moto_endpoint)
+        s3.create_bucket(Bucket="bench")
+        source = {"bucket": "bench", "key": f"incoming/{src.name}"}
+        s3.upload_file(str(src), source["bucket"], source["key"])
+        repack_paged = kind_named("repack-paged")
+
+        def layoutlab_task():
+            repack_paged.convert({"uri": f"s3://bench/targets/{src.stem}-layoutlab.h5", "page_size": page_size},
+                                 dict(source), s3, None)
+
+        def h5repack_task():
+            with tempfile.TemporaryDirectory(prefix="bench-h5repack-") as scratch:
+                local = download(s3, dict(source), scratch)
+                out = Path(scratch) / "variant.h5"
+                subprocess.run(["h5repack", "-S", "PAGE", "-G", str(page_size), str(local), str(out)], check=True)
+                publish(s3, out, S3Location.parse(f"s3://bench/targets/{src.stem}-h5repack.h5"))
+
+        tasks = {"h5repack": h5repack_task, "layoutlab": layoutlab_task}
+        seconds = {tool: [] for tool in tasks}
+        for repetition in range(repeat):
+            for tool in (list(tasks) if repetition % 2 == 0 else list(tasks)[::-1]):
+                os.sync()
+                started = time.perf_counter()
+                tasks[tool]()
+                seconds[tool].append(time.perf_counter() - started)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        cloud.stop()
+    medians = {tool: statistics.median(values) for tool, values in seconds.items()}
+    return {"input": name, "input_bytes": src.stat().st_size, "page_size": page_size, "repeat": repeat,
+            "seconds": seconds, "median_seconds": medians, "time_ratio": medians["layoutlab"] / medians["h5repack"]}
+
+
 def memory_check(workdir: Path, gigabytes: float, page_size: int, keep: bool, repeat: int) -> dict:
     """Peak RSS of repacking a GEOS-like input of ``gigabytes`` (bound: 1 GB), and the time ratio
     against h5repack at that size, where the fixed start-up cost weighs less than at 1 GB."""
@@ -185,6 +238,9 @@ def main(argv=None) -> int:
                         help="also repack a GEOS-like input of this many GB: peak RSS must stay < 1 GB, and the "
                              "time ratio at that size (--repeat runs each; 0: skip)")
     parser.add_argument("--keep", action="store_true", help="keep generated inputs for the next run")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="also time the pipeline's convert task (download, verified repack, publish) against "
+                             "the same task with h5repack, through the local cloud")
     parser.add_argument("--json", default="benchmarks/results/bench_repack.json", help="where to write the results")
     args = parser.parse_args(argv)
     if not shutil.which("h5repack"):
@@ -198,6 +254,7 @@ def main(argv=None) -> int:
         ("ATL03-like HDF5", ensure_atl03(workdir / f"atl03-{args.atl03_photons}.h5", args.atl03_photons)),
     ]
     rows = [compare(name, path, workdir, page_size, args.repeat) for name, path in inputs]
+    pipeline = [pipeline_compare(name, path, page_size, args.repeat) for name, path in inputs] if args.pipeline else []
     memory = (memory_check(workdir, args.memory_check_gb, page_size, args.keep, args.repeat)
               if args.memory_check_gb else None)
     if not args.keep:
@@ -214,7 +271,7 @@ def main(argv=None) -> int:
         "native_engine_unavailable_reason": repack_native.unavailable_reason(),
         "load_average_start": env_load, "load_average_end": os.getloadavg(),
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "rows": rows, "memory_check": memory,
+        "rows": rows, "pipeline_rows": pipeline, "memory_check": memory,
     }
     print(f"\n{report['date']}  {report['machine']}  load {env_load[0]:.2f} -> {report['load_average_end'][0]:.2f}"
           f"  C loops: {'yes' if report['c_loops'] else 'no (' + str(report['c_loops_unavailable_reason']) + ')'}")
@@ -226,6 +283,10 @@ def main(argv=None) -> int:
                       if tool != "h5repack" else " " * 19)
             print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<22}{r['median_seconds']:>8.2f}"
                   f"{ratios}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
+    for row in pipeline:
+        print(f"pipeline convert task, {row['input']}: download + repack --verify + publish "
+              f"{row['median_seconds']['layoutlab']:.2f} s, with h5repack {row['median_seconds']['h5repack']:.2f} s, "
+              f"ratio {row['time_ratio']:.2f} (median of {row['repeat']})")
     if memory:
         timing = memory["timing"]
         print(f"memory check: {memory['input_bytes'] / 1e9:.2f} GB input, peak RSS {memory['peak_rss_bytes'] / 1e6:.0f} MB "
