@@ -1557,6 +1557,18 @@ static void walk_pop(walk_stack *stack) {
     }
 }
 
+/* The frame whose next member is due, after popping the groups walked to the end (each parent then
+ * moves past the group just walked); NULL once the whole walk is done. */
+static walk_frame *walk_next(walk_stack *stack) {
+    while (stack->depth) {
+        walk_frame *frame = &stack->frames[stack->depth - 1];
+        if (frame->next < frame->list.count) return frame;
+        walk_pop(stack);
+        if (stack->depth) stack->frames[stack->depth - 1].next++;
+    }
+    return NULL;
+}
+
 static void walk_free(walk_stack *stack) {
     while (stack->depth) walk_pop(stack);
     free(stack->frames);
@@ -1691,13 +1703,8 @@ static int defer_copied_references(job_t *job, hid_t src, const char *path) {
     if (result < 0 || h5.Iget_type(src) != H5I_GROUP) return result;
     walk_stack stack = {0};
     if (!walk_push(job, &stack, src, -1, (char *)path, HADDR_UNDEF)) return -1;
-    while (result == 0 && stack.depth) {
-        walk_frame *frame = &stack.frames[stack.depth - 1];
-        if (frame->next == frame->list.count) {
-            walk_pop(&stack);
-            if (stack.depth) stack.frames[stack.depth - 1].next++;
-            continue;
-        }
+    walk_frame *frame;
+    while (result == 0 && (frame = walk_next(&stack))) {
         const char *name = frame->list.items[frame->next].name;
         char *child = join(frame->path, name);
         hid_t object = child ? h5.Oopen(frame->group, name, H5P_DEFAULT) : -1;
@@ -1733,13 +1740,8 @@ static hid_t link_create_plist(int cset) {
 static int copy_members(job_t *job, hid_t src_group, hid_t dst_group, const char *dst_name) {
     walk_stack stack = {0};
     int result = walk_push(job, &stack, src_group, dst_group, (char *)dst_name, HADDR_UNDEF) ? 0 : -1;
-    while (result == 0 && stack.depth) {
-        walk_frame *frame = &stack.frames[stack.depth - 1];
-        if (frame->next == frame->list.count) {
-            walk_pop(&stack);
-            if (stack.depth) stack.frames[stack.depth - 1].next++;
-            continue;
-        }
+    walk_frame *frame;
+    while (result == 0 && (frame = walk_next(&stack))) {
         member *item = &frame->list.items[frame->next];
         char *path = join(frame->path, item->name);
         object_entry *entry = map_find(&job->objects, item->address);
