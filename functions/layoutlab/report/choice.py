@@ -339,15 +339,32 @@ def choose(evidence: Evidence, first: Candidate) -> Choice:
 
 
 def unseparated(evidence: Evidence, variant: str, on) -> dict[str, dict[str, Comparison]]:
-    """Variants on the Pareto front the evidence cannot tell from ``variant`` on the patterns of ``on``: measured
-    on all of them and measurably slower than ``variant`` on none. The choice between them is not a finding; a
-    run with more repetitions may name another (variant -> its comparisons with ``variant``)."""
+    """Variants on the Pareto front the evidence cannot tell from ``variant`` on the patterns of ``on``, measured
+    on all of them: measurably slower than ``variant`` on none, or a trade-off the evidence does not settle
+    (``_unsettled_trade_off``). The choice between them is not a finding; a run with more repetitions may
+    name another (variant -> its comparisons with ``variant``)."""
     rivals = {}
     for other in evidence.rivals(variant):
         against = evidence.comparisons(other, variant, on)
-        if len(against) == len(on) and not any(c.slower for c in against.values()):
+        if len(against) == len(on) and (not any(c.slower for c in against.values())
+                                        or _unsettled_trade_off(against)):
             rivals[other] = against
     return rivals
+
+
+def _unsettled_trade_off(against: dict[str, Comparison]) -> bool:
+    """A rival measurably faster than the kept variant on some pattern and measurably slower on another: which
+    to keep rests on how much slower each is where it loses (the worst-case slowdown, or the mix). Settled only
+    when the rival's largest slowdown is measurably above the kept variant's (the lower end of its interval
+    over the upper end of the other's); otherwise another run can weigh them the other way (the ATL03-like
+    demo granule: paged-auto fastest for beam-read, icechunk-virtual for open + list, kept in turn)."""
+    slower = [c for c in against.values() if c.slower]
+    faster = [c for c in against.values() if c.faster]
+    if not slower or not faster:
+        return False
+    rival_worst_low = max(c.interval[0] for c in slower)  # the rival's slowdown, at least
+    kept_worst_high = max(1 / c.interval[0] for c in faster)  # the kept variant's slowdown, at most
+    return rival_worst_low <= kept_worst_high
 
 
 def _as_dicts(comparisons: dict[str, Comparison]) -> dict[str, dict]:
