@@ -31,6 +31,15 @@ from dataclasses import dataclass
 from layoutlab.convert.repack_common import READ_GAP_BYTES, READ_SPAN_BYTES
 from layoutlab.guard import GuardedCall, start_guarded
 
+try:  # the inflater, chosen once
+    from isal.isal_zlib import decompressobj
+    from isal.isal_zlib import error as _inflate_error
+except ImportError:  # (a platform without ISA-L's wheel: the standard library's zlib, slower)
+    from zlib import decompressobj
+    from zlib import error as _inflate_error
+import zlib as _zlib
+
+INFLATE_ERRORS = (_inflate_error, _zlib.error)
 DEFLATE, SHUFFLE = 1, 2  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE
 INFLATE_WINDOW = 8 << 20  # decoded bytes held at once per worker (a chunk can decode to 4 GiB)
 
@@ -161,11 +170,6 @@ def _chunks_within(dataset) -> list[tuple[tuple[int, ...], int, int, int]]:
 def _inflates(data, stored: int, decoded_size: int) -> bool:
     """The zlib stream ``data`` (the chunk's ``stored`` bytes) ends, its checksum right, with exactly
     ``decoded_size`` bytes."""
-    try:
-        from isal.isal_zlib import decompressobj
-    except ImportError:  # (a platform without ISA-L's wheel: the standard library's zlib, slower)
-        from zlib import decompressobj
-
     if len(data) != stored:  # (the file ends before the chunk does)
         return False
     inflater, produced = decompressobj(), 0
@@ -175,6 +179,6 @@ def _inflates(data, stored: int, decoded_size: int) -> bool:
             produced, data = produced + out, inflater.unconsumed_tail
             if inflater.eof or produced > decoded_size or not (data or out):
                 break
-    except Exception:  # (zlib.error / isal's IsalError: not a valid stream; HDF5 will say what is wrong)
+    except INFLATE_ERRORS:  # (not a valid stream: HDF5 will say what is wrong)
         return False
     return inflater.eof and produced == decoded_size
