@@ -4,8 +4,7 @@
 For each input (a ~1 GB GEOS-like NetCDF-4 and a ~1 GB ATL03-like HDF5 by
 default) the tools run as fresh processes, in rotating order, ``--repeat`` times:
 h5repack (which checks nothing), ``layoutlab repack`` as users run it (verified: the copy compared
-with the input and every input chunk decoded), the same with ``--no-verify``, and the Python
-engine verified.
+with the input and every input chunk decoded), and the same with ``--no-verify``. For each:
 wall time, CPU time (user+sys), output size (overhead against the input) and peak RSS of each
 process (from ``wait4``). The ratio is layoutlab / h5repack on the median
 times; <= 1.0 means at least as fast. ``--memory-check-gb`` adds the bounded
@@ -34,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "functions"))
 
-from layoutlab.convert import fastcopy, repack_native  # noqa: E402
+from layoutlab.convert import fastcopy  # noqa: E402
 from layoutlab.convert.repack_hdf5 import parse_size  # noqa: E402
 from layoutlab.samples import atl03, geos  # noqa: E402
 
@@ -93,11 +92,10 @@ def warm(path: Path) -> None:
 
 # What is measured against ``h5repack -S PAGE -G N`` (unverified: h5repack has no check): layoutlab as a
 # user runs it (the CLI's default verifies the copy and decodes every input chunk), the same without the
-# check, and the Python engine (which the native engine hands a file it declines) with the check.
+# check.
 TOOLS = {
     "layoutlab": ([], {}),
     "layoutlab_no_verify": (["--no-verify"], {}),
-    "layoutlab_python": ([], {"LAYOUTLAB_REPACK_ENGINE": "python"}),
 }
 
 
@@ -127,9 +125,9 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
             result = measure(argv, env)
             if tool != "h5repack":
                 written = json.loads(result["stdout"])
-                result["in_process_seconds"], result["engine"] = written["seconds"], written["engine"]
+                result["in_process_seconds"] = written["seconds"]
                 result["verified"], result["verify_seconds"] = written["verified"], written["verify_seconds"]
-                result["decode_check"], result["engine_notes"] = written["decode_check"], written["notes"]
+                result["decode_check"], result["notes"] = written["decode_check"], written["notes"]
             result.pop("stdout")
             result["output_bytes"] = outputs[tool].stat().st_size
             runs[tool].append(result)
@@ -151,7 +149,6 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
             # memory-bandwidth contention): best-of-N and CPU time (user+sys) are steadier views.
             row[tool]["best_time_ratio"] = row[tool]["min_seconds"] / row["h5repack"]["min_seconds"]
             row[tool]["cpu_time_ratio"] = row[tool]["median_cpu_seconds"] / row["h5repack"]["median_cpu_seconds"]
-            row[tool]["engines"] = sorted({r["engine"] for r in results})
     row["time_ratio"] = row[tools[0]]["time_ratio"]
     for stale in outputs.values():
         stale.unlink(missing_ok=True)
@@ -268,7 +265,6 @@ def main(argv=None) -> int:
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}",
         "h5py": h5py.version.version, "hdf5_in_h5py": h5py.version.hdf5_version, "h5repack": h5repack_version,
         "c_loops": fastcopy.available(), "c_loops_unavailable_reason": fastcopy.unavailable_reason(),
-        "native_engine_unavailable_reason": repack_native.unavailable_reason(),
         "load_average_start": env_load, "load_average_end": os.getloadavg(),
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "rows": rows, "pipeline_rows": pipeline, "memory_check": memory,

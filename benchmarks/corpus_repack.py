@@ -16,7 +16,6 @@ import collections
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -50,20 +49,13 @@ def main() -> int:
         if row["class"] not in ("preserved", "better"):
             detail = row.get("reason") or row.get("difference") or row.get("message", "")[-200:]
             print(f"{row['class']:16} {row['file']}: {detail}")
-    engines = collections.Counter(row["engine"] for row in rows if "engine" in row)
-    declined = collections.Counter(re.sub(r"^(declined: )?/\S*?:? (?=\w)", r"\1", row["engine_note"].split("native engine ", 1)[-1])
-                                   for row in rows if row.get("engine_note"))
-    print(dict(sorted(counts.items())), f"{len(rows)} files, {time.perf_counter() - started:.0f} s;",
-          "written by", dict(engines))
-    for reason, n in declined.most_common():
-        print(f"  {n:3d} x native engine: {reason}")
+    print(dict(sorted(counts.items())), f"{len(rows)} files, {time.perf_counter() - started:.0f} s")
     result = {
         "command": "python benchmarks/corpus_repack.py --jobs %d" % args.jobs,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
         "seconds": round(time.perf_counter() - started, 1),
         "counts": dict(sorted(counts.items())),
-        "engines": dict(engines),
         "rows": rows,
     }
     if not args.only:

@@ -118,11 +118,6 @@ def judge(name: str, workdir: Path) -> dict:
                             env=env)
     row["exit"] = status
     row["message"] = err.strip()[-400:]
-    if status == 0:  # which engine wrote it ("..., native engine" ends the first line) and why not the native one
-        lines = out.splitlines()
-        row["engine"] = lines[0].rsplit(", ", 1)[-1].removesuffix(" engine") if lines else "?"
-        row["engine_note"] = next((line.strip().removeprefix("note: ") for line in lines
-                                   if "the native engine" in line), "")
     for path in (ref_out,):
         path.unlink(missing_ok=True)
     if "Traceback" in err or "Traceback" in out:

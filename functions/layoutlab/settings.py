@@ -133,7 +133,6 @@ class Variable:
 
 DEFAULT_MAX_CONCURRENCY = {"convert": 4, "work_units": 20, "bench": 20}
 LOCAL_PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
-REPACK_ENGINES = ("native", "python")
 TASK_PAYLOAD = "LAYOUTLAB_TASK_PAYLOAD"  # the contract with the state machine (stepfunctions/README.md)
 
 _DECLARED = (
@@ -167,9 +166,6 @@ _DECLARED = (
     Variable(TASK_PAYLOAD, _json_text, "", "a Fargate task's input, as JSON (the state machine's container "
              "override; stepfunctions/README.md)", "cdk"),
     # -- engines and guards: a person tuning or debugging a run -----------------------------------------
-    Variable("LAYOUTLAB_REPACK_ENGINE", _one_of(*REPACK_ENGINES), "native", "the repack engine; native falls "
-             "back to python by itself where it cannot run", "user"),
-    Variable("LAYOUTLAB_NATIVE_REPACK", _switch, True, "0 turns the native repack walk off", "user"),
     Variable("LAYOUTLAB_FASTCOPY", _switch, True, "0 turns off all of layoutlab's C code (_fastcopy)", "user"),
     Variable("LAYOUTLAB_PREALLOCATE", _switch, True, "0: write outputs without reserving their size first "
              "(fallocate)", "user"),

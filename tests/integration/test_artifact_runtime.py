@@ -94,8 +94,8 @@ def test_scratch_beyond_the_ephemeral_storage_fails_the_task(host):
     assert "64 MB" in outcome.error and "No space left on device" in outcome.error
 
 
-def test_the_native_repack_engine_loads_in_the_runtime(host):
-    outcome = host.run("layoutlab.convert.repack_native:unavailable_reason", None, memory_mb=1769, cpu=None,
+def test_repacks_c_code_loads_in_the_runtime(host):
+    outcome = host.run("layoutlab.convert.fastcopy:unavailable_reason", None, memory_mb=1769, cpu=None,
                        timeout=60, scratch_limit_mb=64, env={})
     assert outcome.ok, outcome.error
     assert outcome.result is None  # None: built for this runtime and bound to the layer's libhdf5

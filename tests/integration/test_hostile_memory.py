@@ -37,28 +37,26 @@ def test_rechunk_leaves_out_a_large_string_attribute_without_reading_it(tmp_path
 # HDF5 reads a variable-length value whole, with ~5.5 copies of it in memory (HDF5 2.0: the heap
 # collection, an image of it, a table 1.5 times its size, a conversion buffer and the value itself); a
 # repack reads it once to copy it and once per file to verify it. What repack adds must stay within
-# that one read: before, the Python engine wrote the value twice (through a temporary root group) and
-# --verify held both files' heaps and decoded both values into Python objects (1,374 MB native, 1,581 MB
-# Python for a 100 MiB string, against 582 MB for the native copy alone).
+# that one read: before, repack wrote the value twice (through a temporary root group) and --verify held
+# both files' heaps and decoded both values into Python objects (1,581 MB for a 100 MiB string, against
+# 582 MB for a copy alone).
 HDF5_COPIES_OF_ONE_READ = 6
 
 
-@pytest.mark.parametrize("engine", ["native", "python"])
-def test_repack_of_a_large_string_attribute_costs_one_hdf5_read_of_it_and_writes_it_once(engine, tmp_path):
+def test_repack_of_a_large_string_attribute_costs_one_hdf5_read_of_it_and_writes_it_once(tmp_path):
     size = 64 * MiB
     source = _string_attribute_file(tmp_path / "big.h5", size)
     small = _string_attribute_file(tmp_path / "small.h5", 16)
-    env = {"LAYOUTLAB_REPACK_ENGINE": engine}
-    code, _, stderr, baseline = run_layoutlab("repack", small, tmp_path / "small-out.h5", "--json", env=env, timeout=60)
+    code, _, stderr, baseline = run_layoutlab("repack", small, tmp_path / "small-out.h5", "--json", timeout=60)
     assert code == 0, stderr[-2000:]
-    code, stdout, stderr, peak = run_layoutlab("repack", source, tmp_path / "out.h5", "--json", env=env, timeout=60)
+    code, stdout, stderr, peak = run_layoutlab("repack", source, tmp_path / "out.h5", "--json", timeout=60)
     assert code == 0, stderr[-2000:]
     summary = json.loads(stdout)
-    assert summary["verified"] is True and summary["engine"] == engine, summary
+    assert summary["verified"] is True, summary
     grown = peak - baseline
     assert grown < HDF5_COPIES_OF_ONE_READ * size, (
-        f"{engine}: repack --verify peaked {grown / MiB:.0f} MiB above a small file's for a {size // MiB} MiB string")
-    # written once: the copy holds the value once (before: 2 x 100 MiB in the Python engine's copy)
+        f"repack --verify peaked {grown / MiB:.0f} MiB above a small file's for a {size // MiB} MiB string")
+    # written once: the copy holds the value once (before: 2 x 100 MiB in the copy)
     assert (tmp_path / "out.h5").stat().st_size < 1.5 * size  # (paged: 88 MiB for 64; 2 x 64 + 24 before)
     with h5py.File(tmp_path / "out.h5") as f:
         assert len(f.attrs["history"]) == size

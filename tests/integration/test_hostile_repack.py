@@ -2,17 +2,16 @@
 attributes) is the uploader's must cost time linear in their objects, and a valid file must never be
 blamed as damaged.
 
-Before the fixes: groups nested 2,000 deep did not finish in 2 minutes with either engine (H5Ovisit
-in the scan, H5Lvisit and full-path opens in --verify: quadratic in the depth); a dataset to be made
-anew 1,500 groups deep raised RecursionError (Python engine); 5,000 attributes on one group (dense
-storage) made the native engine open each by index (quadratic) until the guard said "HDF5 library
-spun for 60 s ... metadata probably damaged". After: a few seconds each.
+Before the fixes: groups nested 2,000 deep did not finish in 2 minutes (H5Ovisit in the scan, H5Lvisit
+and full-path opens in --verify: quadratic in the depth); a dataset to be made anew 1,500 groups deep
+raised RecursionError; 5,000 attributes on one group (dense storage) made the C walk of the time (since
+removed) open each by index (quadratic) until the guard said "HDF5 library spun for 60 s ... metadata
+probably damaged". After: a few seconds each.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import h5py
@@ -20,9 +19,6 @@ import numpy as np
 import pytest
 
 from repack_helpers import run_layoutlab
-
-ENGINES = ["native", "python"]
-
 
 def _deep_groups(path: Path, depth: int, grow=False) -> Path:
     with h5py.File(path, "w") as f:
@@ -47,9 +43,8 @@ def _many_attributes(path: Path, count: int, on_root: bool) -> Path:
     return path
 
 
-def _repack(source: Path, out: Path, engine: str, timeout: int):
-    code, stdout, stderr, _ = run_layoutlab("repack", source, out, "--json", env={"LAYOUTLAB_REPACK_ENGINE": engine},
-                                            timeout=timeout)
+def _repack(source: Path, out: Path, timeout: int):
+    code, stdout, stderr, _ = run_layoutlab("repack", source, out, "--json", timeout=timeout)
     assert code == 0 and "Traceback" not in stderr, stderr[-3000:]
     assert "damaged" not in stderr and "spun" not in stderr, stderr[-3000:]
     summary = json.loads(stdout)
@@ -57,11 +52,9 @@ def _repack(source: Path, out: Path, engine: str, timeout: int):
     return summary
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_groups_nested_2000_deep_are_repacked_and_verified(engine, tmp_path):
+def test_groups_nested_2000_deep_are_repacked_and_verified(tmp_path):
     source = _deep_groups(tmp_path / "deep.h5", 2000)
-    summary = _repack(source, tmp_path / "out.h5", engine, timeout=30)  # (before: 49 s at load 3.6, >150 s at 12; after: 1.3 s, 3.6 s)
-    assert summary["engine"] == engine, summary["notes"]
+    _repack(source, tmp_path / "out.h5", timeout=30)  # (before: 49 s at load 3.6, >150 s at 12; after: 1.3 s, 3.6 s)
     with h5py.File(tmp_path / "out.h5") as f:  # (h5diff itself takes minutes at this depth)
         from layoutlab.convert.repack_hdf5 import walk_objects
 
@@ -72,7 +65,7 @@ def test_groups_nested_2000_deep_are_repacked_and_verified(engine, tmp_path):
 
 def test_a_dataset_made_anew_1500_groups_deep_is_no_recursion_error(tmp_path):
     source = _deep_groups(tmp_path / "deep.h5", 1500, grow=True)
-    _repack(source, tmp_path / "out.h5", "python", timeout=60)
+    _repack(source, tmp_path / "out.h5", timeout=60)
     with h5py.File(tmp_path / "out.h5") as f:
         copy = f["g" + "/g" * 1499 + "/x"]
         assert copy.maxshape == (10,) and np.array_equal(copy[...], np.arange(10, dtype="f4"))
@@ -83,7 +76,7 @@ def test_5000_attributes_in_dense_storage_copy_in_seconds_and_are_not_called_dam
     # (On a group, H5Ocopy'd, the reference scan opened each by index: >60 s before. On the root, copied
     # attribute by attribute, the cost before was lower (20,000 in 25 s at load 12): a regression check.)
     source = _many_attributes(tmp_path / "attrs.h5", 5000, on_root)
-    _repack(source, tmp_path / "out.h5", "native", timeout=60)  # (the 60 s guard fired before)
+    _repack(source, tmp_path / "out.h5", timeout=60)  # (the 60 s guard fired before)
     with h5py.File(source) as a, h5py.File(tmp_path / "out.h5") as b:
         owner_a, owner_b = (a, b) if on_root else (a["grp"], b["grp"])
         assert len(owner_b.attrs) == 5001
@@ -115,12 +108,10 @@ def test_walk_objects_gives_what_h5ovisit_gives(tmp_path):
 
 
 @pytest.mark.parametrize("grow", [False, True], ids=["copied-whole", "made-anew"])
-def test_groups_nested_2000_deep_repack_natively_under_a_1_mib_stack(grow, tmp_path):
-    """The native engine's walks (the scan, the copy, the references of what H5Ocopy copied) keep their own
-    stack of open groups instead of recursing, and a subtree deeper than 32 groups is walked rather than
-    given to one H5Ocopy (which recurses over depth: 6 C frames per level). Before, under a 1 MiB stack
-    (a thread's or a small task's), the scan crashed at depth ~1,240 (SIGSEGV) and the guard called the
-    file "probably damaged" (h5dump crashes on it too under that stack)."""
+def test_groups_nested_2000_deep_repack_under_a_1_mib_stack(grow, tmp_path):
+    """Under a 1 MiB stack (a thread's or a small task's) a walk that recurses over the depth crashes
+    (the C walk of the time, since removed, crashed at depth ~1,240 with SIGSEGV, and the guard called
+    the file "probably damaged"; h5dump crashes on it too under that stack)."""
     import resource
     import subprocess
     import sys
@@ -134,11 +125,10 @@ def test_groups_nested_2000_deep_repack_natively_under_a_1_mib_stack(grow, tmp_p
         resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
 
     done = subprocess.run([sys.executable, "-m", "layoutlab.cli", "repack", str(source), str(tmp_path / "out.h5"),
-                           "--json"], capture_output=True, text=True, timeout=60, preexec_fn=small_stack,
-                          env={**os.environ, "LAYOUTLAB_REPACK_ENGINE": "native"})
+                           "--json"], capture_output=True, text=True, timeout=60, preexec_fn=small_stack)
     assert done.returncode == 0 and "damaged" not in done.stderr, done.stderr[-2000:]
     summary = json.loads(done.stdout)
-    assert summary["engine"] == "native" and summary["verified"] is True, summary
+    assert summary["verified"] is True, summary
     with h5py.File(tmp_path / "out.h5") as f:
         x = f["g" + "/g" * 1999 + "/x"]
         assert np.array_equal(x[...], np.arange(10 if grow else 3, dtype="f4"))

@@ -96,7 +96,7 @@ REFUSED_ON_PURPOSE = {"hdf5-json/h5ex_d_extern.h5": "its data lives outside the 
 
 @needs_corpus
 def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpus, checked, tmp_path):
-    from layoutlab.convert.repack import repack  # what `layoutlab repack` runs (native engine, else Python)
+    from layoutlab.convert.repack import repack  # what `layoutlab repack` runs
     from layoutlab.guard import run_guarded
 
     _, _, results = checked

@@ -81,11 +81,9 @@ def test_verify_decodes_beside_the_copy_and_reports_it(tmp_path):
     assert repack(src, tmp_path / "unverified.h5", page_size=65536).decode_check is None
 
 
-def test_a_damaged_input_chunk_stops_the_repack_whichever_engine_wrote_the_copy(tmp_path, monkeypatch):
+def test_a_damaged_input_chunk_stops_the_repack_and_nothing_is_written(tmp_path):
     src = _write(tmp_path / "in.h5", compression="gzip", shuffle=True)
     _damage_chunk(src, 12)
-    for engine in ("native", "python"):
-        monkeypatch.setenv("LAYOUTLAB_REPACK_ENGINE", engine)
-        with pytest.raises(BadInputFile, match=r"/v in \[120000:130000\] cannot be decoded \(damaged data\)"):
-            repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
+    with pytest.raises(BadInputFile, match=r"/v in \[120000:130000\] cannot be decoded \(damaged data\)"):
+        repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]

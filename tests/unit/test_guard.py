@@ -80,7 +80,7 @@ def test_a_crash_by_signal_is_a_clean_error():
 
 @pytest.mark.skipif(shutil.which("h5dump") is None, reason="needs h5dump (make sysdeps)")
 def test_a_crash_on_a_file_h5dump_reads_is_not_blamed_on_the_file(tmp_path):
-    """Issue 27: the native engine crashed (SIGSEGV) on a valid file with attribute references, and the
+    """Issue 27: repack's C walk of the time crashed (SIGSEGV) on a valid file with attribute references, and the
     error called the file "probably damaged"."""
     import h5py
 

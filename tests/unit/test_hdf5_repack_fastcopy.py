@@ -1,6 +1,4 @@
-"""The C loops of repack's Python engine (_fastcopy.c) write the same file as its Python loops, and are used.
-
-(The native engine is off here: LAYOUTLAB_NATIVE_REPACK=0; test_hdf5_repack_native.py tests it.)"""
+"""The C loops of repack (_fastcopy.c) write the same file as its Python loops, and are used."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ PAGE = 1 << 20
 
 
 @pytest.fixture
-def c_loops(monkeypatch):
-    monkeypatch.setenv("LAYOUTLAB_NATIVE_REPACK", "0")
+def c_loops():
     require_c_code()
 
 

@@ -19,33 +19,15 @@ from repack_helpers import h5dump_p, require_c_code
 PAGE = 1 << 20  # 1 MiB pages keep test files small
 
 
-ENGINE = {"mode": None}
-
-
-@pytest.fixture(autouse=True, params=["python", "python-loops", "native"])
-def engine(request, monkeypatch):
-    """Every case runs by the Python engine (H5Ocopy of what does not change, datasets that must
-    change made anew; raw chunk loops in C or in Python) and by the native engine (the default:
-    the same design in C, _fastcopy.c; a case it declines is written by the Python engine,
-    which says so). Each output must pass --verify."""
-    if request.param == "native":
-        monkeypatch.delenv("LAYOUTLAB_REPACK_ENGINE", raising=False)
+@pytest.fixture(autouse=True, params=["c-loops", "python-loops"])
+def loops(request, monkeypatch):
+    """Every case runs with the stored-chunk and attribute loops in C (_fastcopy.c, the default) and in
+    Python (what runs where the C code is not built); each output must pass --verify."""
+    if request.param == "c-loops":
         require_c_code()
     else:
-        monkeypatch.setenv("LAYOUTLAB_REPACK_ENGINE", "python")
-    if request.param == "python-loops":
         monkeypatch.setattr(repack_hdf5.fastcopy, "available", lambda: False)
-    ENGINE["mode"] = request.param
     yield request.param
-    ENGINE["mode"] = None
-
-
-def _same_as_python_engine(src, out, summary, options, tmp_path):
-    """The native engine wrote ``out`` (verified), or declined and said why."""
-    if summary.engine == "python":
-        assert summary.notes and summary.notes[-1].startswith("written by the Python engine: the native engine declined: "), summary.notes
-        return
-    assert summary.engine == "native" and not summary.notes
 
 
 def roundtrip(tmp_path, write, **options):
@@ -56,8 +38,6 @@ def roundtrip(tmp_path, write, **options):
     page_size = options.pop("page_size", PAGE)
     summary = repack(src, out, page_size=page_size, verify=True, **options)
     assert summary.verified
-    if ENGINE["mode"] == "native" and not options:
-        _same_as_python_engine(src, out, summary, {"page_size": page_size}, tmp_path)
     assert src.read_bytes() == before, "the original must never be modified"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5", "out.h5"], "no temporary files left behind"
     with h5py.File(out, "r") as f:

@@ -7,8 +7,7 @@ default), and the output judged from outside: ``h5dump`` / ``ncdump`` (normalise
 changes repack documents: unlimited -> fixed, object addresses; tests/repack_corpus.py) and
 ``h5diff -c``. So a regression in any class fails a test of a few seconds, corpus or not.
 
-Every case runs by both engines (the native one, the default, and the Python one it falls back
-to), and no run may end in a Python traceback.
+No run may end in a Python traceback.
 """
 
 from __future__ import annotations
@@ -42,12 +41,6 @@ PAGE = "64KiB"  # small pages keep every output small
 TOOLS = ("h5dump", "ncdump", "ncgen", "h5diff")
 pytestmark = pytest.mark.skipif(any(shutil.which(tool) is None for tool in TOOLS),
                                 reason="needs hdf5-tools and netcdf-bin (make sysdeps)")
-
-
-@pytest.fixture(params=["native", "python"])
-def engine(request):
-    """The environment that picks the engine (native: the default, which falls back by itself)."""
-    return {"LAYOUTLAB_REPACK_ENGINE": request.param}
 
 
 def repack(src, out, *options, env=None) -> str:
@@ -104,13 +97,13 @@ def on_disk(path) -> int:
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "compact", "unlimited"])
-def test_null_strings_stay_null(tmp_path, engine, layout):
+def test_null_strings_stay_null(tmp_path, layout):
     """NULL variable-length strings (plain, in a compound, in a compound's array; an attribute) were
     written as "" while --verify said identical. Contiguous ones are copied by HDF5; compact and
     unlimited ones are made anew by repack."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     write_null_strings(src, layout)
-    repack(src, out, env=engine)
+    repack(src, out)
     before = same_h5dump(src, out)
     assert len(re.findall(r"\bNULL\b", before)) == 6  # plain 1, compound 1, compound array 3, attribute 1
     assert '"a", NULL, ""' in before
@@ -134,7 +127,7 @@ HUGE = 10**9
 
 
 @pytest.mark.parametrize("maxshape", [(HUGE,), (None, HUGE)], ids=["huge", "unlimited-and-huge"])
-def test_a_huge_maximum_size_is_not_allocated(tmp_path, engine, maxshape):
+def test_a_huge_maximum_size_is_not_allocated(tmp_path, maxshape):
     """A 3.5 KB file whose dataset may grow to 1e11 elements became an 800 GB sparse output
     (h5repack: 8 MiB): a chunk index sized for the maximum. (Unlimited and huge: repack makes it
     anew, fixed at its current size.)"""
@@ -143,7 +136,7 @@ def test_a_huge_maximum_size_is_not_allocated(tmp_path, engine, maxshape):
         shape = (100,) if len(maxshape) == 1 else (3, 100)
         f.create_dataset("x", data=np.arange(np.prod(shape), dtype="f8").reshape(shape), maxshape=maxshape,
                          chunks=(1,) * (len(shape) - 1) + (10,))
-    repack(src, out, env=engine)
+    repack(src, out)
     assert out.stat().st_size < 1 << 20 and on_disk(out) < 1 << 20
     same_h5dump(src, out)
 
@@ -158,7 +151,7 @@ def test_a_huge_maximum_size_is_not_allocated_when_rechunked(tmp_path):
     same_h5dump(src, out)
 
 
-def test_a_netcdf40_unlimited_dimension_is_fixed_and_inspect_no_longer_flags_it(tmp_path, engine):
+def test_a_netcdf40_unlimited_dimension_is_fixed_and_inspect_no_longer_flags_it(tmp_path):
     """A netCDF-4.0-era file (no _NCProperties, no _Netcdf4Dimid; the dimension scale of the
     UNLIMITED dimension stays at length 0 while its variables hold 2 records) kept its UNLIMITED
     dimension, and ``inspect`` of the output still flagged it."""
@@ -166,7 +159,7 @@ def test_a_netcdf40_unlimited_dimension_is_fixed_and_inspect_no_longer_flags_it(
     write_netcdf40_file(src)
     assert "time = UNLIMITED ; // (2 currently)" in subprocess.run(["ncdump", "-h", str(src)], capture_output=True,
                                                                    text=True).stdout
-    repack(src, out, env=engine)
+    repack(src, out)
     same_ncdump(src, out)
     header = subprocess.run(["ncdump", "-h", str(out)], capture_output=True, text=True, check=True).stdout
     assert re.search(r"^\s*time = 2 ;$", header, re.M)
@@ -201,10 +194,10 @@ data:
 
 
 @pytest.mark.parametrize("verify", ["--verify", "--no-verify"])
-def test_a_compound_fill_value_keeps_its_char_fields(tmp_path, engine, verify):
+def test_a_compound_fill_value_keeps_its_char_fields(tmp_path, verify):
     """Without --verify, the char fields of a compound _FillValue attribute were blanked ("?" -> "")."""
     src, out = ncgen(COMPOUND_FILL, tmp_path / "in.nc"), tmp_path / "out.nc"
-    repack(src, out, verify, env=engine)
+    repack(src, out, verify)
     dump = same_ncdump(src, out)
     assert 'fixed:_FillValue = {"?", {"---"}, {-1, -2}, -9.5}' in dump
     assert 'growing:_FillValue = {"?", {"???"}, {-3, -4}, -99}' in dump
@@ -217,7 +210,7 @@ def test_a_compound_fill_value_keeps_its_char_fields(tmp_path, engine, verify):
 # --- valid files that were refused (h5repack repacks them) -----------------------------------
 
 
-def test_a_committed_datatype_used_by_a_root_attribute(tmp_path, engine):
+def test_a_committed_datatype_used_by_a_root_attribute(tmp_path):
     """Refused with "name already exists"."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     pair = np.dtype([("a", "f4"), ("b", "i2")])
@@ -226,7 +219,7 @@ def test_a_committed_datatype_used_by_a_root_attribute(tmp_path, engine):
         f.attrs.create("root_pair", np.array((1.5, 2), dtype=pair), dtype=f["pair_t"])
         f.create_group("g").attrs.create("pairs", np.array([(2.5, 3), (4.5, 5)], dtype=pair), dtype=f["pair_t"])
         f["data"] = np.arange(3)
-    repack(src, out, env=engine)
+    repack(src, out)
     same_h5dump(src, out)
     h5diff_finds_no_difference(src, out)
     with h5py.File(out) as f:
@@ -234,7 +227,7 @@ def test_a_committed_datatype_used_by_a_root_attribute(tmp_path, engine):
         assert f.attrs["root_pair"]["a"] == 1.5
 
 
-def test_groups_stored_densely(tmp_path, engine):
+def test_groups_stored_densely(tmp_path):
     """Groups with many links live in a fractal heap ("dense" storage): refused with "wrong fractal
     heap header signature" while writing (a real Sentinel-6 product among them)."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
@@ -250,14 +243,14 @@ def test_groups_stored_densely(tmp_path, engine):
         dense_from_the_start["x"] = np.arange(2)
         dense_from_the_start.create_group("sub")["y"] = np.arange(3)
         assert link_storage(many) == link_storage(dense_from_the_start) == "dense"
-    repack(src, out, env=engine)
+    repack(src, out)
     same_h5dump(src, out)
     h5diff_finds_no_difference(src, out)
     with h5py.File(out) as f:
         assert list(f["many"]) == names
 
 
-def test_datasets_without_a_fill_value(tmp_path, engine):
+def test_datasets_without_a_fill_value(tmp_path):
     """Datasets whose fill value is undefined (H5D_FILL_VALUE_UNDEFINED; 7 corpus files): --verify failed."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     with h5py.File(src, "w") as f:
@@ -270,14 +263,14 @@ def test_datasets_without_a_fill_value(tmp_path, engine):
             dataset = h5py.h5d.create(f.id, name.encode(), h5py.h5t.STD_I32LE,
                                       h5py.h5s.create_simple((6,), (maxshape,)), dcpl=dcpl)
             h5py.Dataset(dataset)[:] = np.arange(6) * 10  # every element written: none reads as undefined
-    repack(src, out, env=engine)
+    repack(src, out)
     same_h5dump(src, out)
     h5diff_finds_no_difference(src, out)
     properties = subprocess.run(["h5dump", "-p", "-H", str(out)], capture_output=True, text=True).stdout
     assert properties.count("VALUE  H5D_FILL_VALUE_UNDEFINED") == 3
 
 
-def test_opaque_and_bitfield_data(tmp_path, engine):
+def test_opaque_and_bitfield_data(tmp_path):
     """Opaque and bitfield datasets and attributes: --verify had no conversion path for them."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     opaque = h5py.h5t.create(h5py.h5t.OPAQUE, 4)
@@ -297,7 +290,7 @@ def test_opaque_and_bitfield_data(tmp_path, engine):
         attr.write(np.frombuffer(b"\xde\xad\xbe\xef", "V4").copy(), mtype=opaque)
         attr = h5py.h5a.create(f.id, b"bitfield_attr", bits, h5py.h5s.create_simple((2,)))
         attr.write(np.array([3, 5], "u1"), mtype=h5py.h5t.NATIVE_B8)
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "verified" in stdout
     dump = same_h5dump(src, out)
     assert 'OPAQUE_TAG "four raw bytes"' in dump and "H5T_STD_B8LE" in dump
@@ -339,18 +332,18 @@ data:
 """
 
 
-def test_variable_length_data_verifies(tmp_path, engine):
+def test_variable_length_data_verifies(tmp_path):
     """Variable-length sequences (with a fill value, empty, nested, in a compound, unlimited, an
     attribute): --verify aborted the process (SIGABRT) on a vlen variable."""
     src, out = ncgen(VLEN, tmp_path / "in.nc"), tmp_path / "out.nc"
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "verified" in stdout
     dump = same_ncdump(src, out)
     assert "ragged = {10, 11, 12, 13, 14}, {20, 21, 22, 23}, {}, {40, 41}, _ ;" in dump
     h5diff_finds_no_difference(src, out)
 
 
-def test_a_tiny_netcdf4_file_with_huge_dimensions_takes_neither_memory_nor_disk(tmp_path, engine):
+def test_a_tiny_netcdf4_file_with_huge_dimensions_takes_neither_memory_nor_disk(tmp_path):
     """A 546-byte NetCDF-4 file (a dimension of 4.5e9 never written) made repack allocate 16.8 GiB.
     Here also a never-written variable with 4 GB chunks and an empty unlimited one with 3.2 GB chunks."""
     src, out = tmp_path / "in.nc", tmp_path / "out.nc"
@@ -361,7 +354,7 @@ def test_a_tiny_netcdf4_file_with_huge_dimensions_takes_neither_memory_nor_disk(
         nc.createVariable("big", "f4", ("x",), chunksizes=(1_000_000_000,))
         nc.createVariable("rec", "f8", ("time",), chunksizes=(400_000_000,))
     assert src.stat().st_size < 16_384
-    status, stdout, stderr, peak = run_layoutlab("repack", src, out, "--page-size", PAGE, env=engine)
+    status, stdout, stderr, peak = run_layoutlab("repack", src, out, "--page-size", PAGE)
     assert "Traceback" not in stdout + stderr and status == 0, stderr
     assert peak < 1 << 30, f"peak RSS {peak / 2**30:.1f} GiB"
     assert on_disk(out) < 4 << 20 and out.stat().st_size < 4 << 20
@@ -404,12 +397,12 @@ def _stored_chunks(path) -> dict:
     (8, 4),
     (h5py.h5s.UNLIMITED, 4),
 ], ids=["fixed", "unlimited"])
-def test_chunks_whose_filter_plugin_is_absent_are_copied_as_stored(tmp_path, engine, no_plugins, maxshape):
+def test_chunks_whose_filter_plugin_is_absent_are_copied_as_stored(tmp_path, no_plugins, maxshape):
     """lz4 / bitshuffle chunks without their plugin: the raw copy was byte-identical, but --verify
     called the file damaged."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     _write_chunks_of_a_missing_filter(src, maxshape)
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "damaged" not in stdout and "verified" in stdout
     assert _stored_chunks(out) == _stored_chunks(src)
     properties = subprocess.run(["h5dump", "-p", "-H", str(out)], capture_output=True, text=True).stdout
@@ -432,7 +425,7 @@ def test_verify_names_a_missing_filter_plugin(tmp_path, no_plugins):
 # --- issue 27: real NASA granules (ICESat-2 ATL06, GPM DPR 2A) and HDF5's tool test files ----------
 
 
-def test_a_dense_group_holding_a_dataset_made_anew(tmp_path, engine):
+def test_a_dense_group_holding_a_dataset_made_anew(tmp_path):
     """A group of more than 8 links tracked in creation order (ICESat-2's /ancillary_data, GPM's
     swaths) holding a COMPACT or unlimited dataset: the group is made anew, and was made with the
     source group's creation properties, which carry the addresses of its fractal heap in the source
@@ -448,7 +441,7 @@ def test_a_dense_group_holding_a_dataset_made_anew(tmp_path, engine):
         compact.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([2.5]))
         group.create_dataset("growing", data=np.arange(5.0), maxshape=(None,), chunks=(2,))
         assert link_storage(group) == "dense"
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "verified" in stdout
     same_h5dump(src, out)  # (not ncdump: fixing an unlimited axis renames netCDF's phony dimensions)
     h5diff_finds_no_difference(src, out)
@@ -457,11 +450,11 @@ def test_a_dense_group_holding_a_dataset_made_anew(tmp_path, engine):
         assert f["ancillary_data/growing"].maxshape == (5,)
 
 
-def test_untracked_attributes_of_a_dataset_made_anew_keep_their_order(tmp_path, engine):
+def test_untracked_attributes_of_a_dataset_made_anew_keep_their_order(tmp_path):
     """ncdump lists the attributes of an object that tracks no creation order in the order its header
     stores them. A dataset made anew (ICESat-2's /orbit_info/cycle_number: unlimited, 9 attributes in
-    an HDF5 1.8 header) got them in name order (native engine) or, past 8, in a new header's dense
-    storage (both engines): ncdump showed another order."""
+    an HDF5 1.8 header) got them in name order (the C walk, since removed) or, past 8, in a new header's
+    dense storage: ncdump showed another order."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     in_stored_order = {"units": b"counts", "contentType": b"referenceInformation", "long_name": b"Cycle Number",
                        "description": b"Tracks the number of 91-day cycles in the mission, beginning with 01.",
@@ -472,13 +465,13 @@ def test_untracked_attributes_of_a_dataset_made_anew_keep_their_order(tmp_path, 
         for name, value in in_stored_order.items():
             growing.attrs[name] = np.bytes_(value) if isinstance(value, bytes) else value
         assert not growing.id.get_create_plist().get_attr_creation_order()
-    repack(src, out, env=engine)
+    repack(src, out)
     header = same_ncdump(src, out)
     assert re.findall(r"growing:(\w+) =", header) == list(in_stored_order)
     h5diff_finds_no_difference(src, out)
 
 
-def test_a_compound_of_strings_and_references(tmp_path, engine):
+def test_a_compound_of_strings_and_references(tmp_path):
     """A compound of variable-length strings (plain and in an array) and object references (h5diff's
     h5diff_comp_vl_strs.h5): a traceback (AttributeError in _holds_references); rewritten through
     numpy, the references' values would also have lost NULL strings."""
@@ -489,7 +482,7 @@ def test_a_compound_of_strings_and_references(tmp_path, engine):
         first, second = f.create_dataset("first", data=np.arange(3)), f.create_dataset("second", data=np.arange(4))
         f.create_dataset("records", data=np.array([("one", first.ref, 20, ("x", "y")),
                                                    ("two", second.ref, 30, ("", "zz"))], dtype=record))
-    repack(src, out, env=engine)
+    repack(src, out)
     dump = same_h5dump(src, out)
     assert '"/second"' in dump and '"zz"' in dump
     h5diff_finds_no_difference(src, out)
@@ -498,20 +491,20 @@ def test_a_compound_of_strings_and_references(tmp_path, engine):
 
 
 @pytest.mark.skipif(not (repack_corpus.CORPUS / "hdf5-tools").is_dir(), reason="shared corpus not present")
-def test_h5diffs_compound_of_strings_and_references_is_copied_byte_for_byte(tmp_path, engine):
+def test_h5diffs_compound_of_strings_and_references_is_copied_byte_for_byte(tmp_path):
     """h5diff_comp_vl_strs.h5 stores bytes after the NUL of its fixed-length strings (nothing a reader
     shows); the values holding references were rewritten through numpy, which dropped them, and
     --verify (which compares stored bytes) refused the copy."""
     src, out = repack_corpus.CORPUS / "hdf5-tools" / "h5diff_comp_vl_strs.h5", tmp_path / "out.h5"
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "verified" in stdout
     same_h5dump(src, out)
     h5diff_finds_no_difference(src, out)
 
 
-def refused(src, out, env) -> str:
+def refused(src, out) -> str:
     """``layoutlab repack`` that must refuse, in one line, without a traceback and leaving no output: that line."""
-    status, stdout, stderr, _ = run_layoutlab("repack", src, out, "--page-size", PAGE, env=env)
+    status, stdout, stderr, _ = run_layoutlab("repack", src, out, "--page-size", PAGE)
     assert "Traceback" not in stdout + stderr, stderr
     assert status != 0 and not out.exists()
     lines = stderr.strip().splitlines()
@@ -519,7 +512,7 @@ def refused(src, out, env) -> str:
     return lines[0]
 
 
-def test_a_virtual_dataset_is_refused_because_its_data_lives_outside_the_file(tmp_path, engine):
+def test_a_virtual_dataset_is_refused_because_its_data_lives_outside_the_file(tmp_path):
     """A virtual dataset over another file failed --verify ("shape (5, 18, 8) became (0, 18, 8)") instead of
     being refused for the true reason."""
     with h5py.File(tmp_path / "source.h5", "w") as f:
@@ -529,28 +522,28 @@ def test_a_virtual_dataset_is_refused_because_its_data_lives_outside_the_file(tm
         layout[i] = h5py.VirtualSource("source.h5", "x", shape=(18, 8))
     with h5py.File(tmp_path / "in.h5", "w") as f:
         f.create_virtual_dataset("stack", layout, fillvalue=0)
-    line = refused(tmp_path / "in.h5", tmp_path / "out.h5", engine)
+    line = refused(tmp_path / "in.h5", tmp_path / "out.h5")
     assert "/stack is a virtual dataset: its data lives outside the file (in source.h5)" in line
 
 
-def test_a_virtual_dataset_over_the_file_itself_is_copied(tmp_path, engine):
+def test_a_virtual_dataset_over_the_file_itself_is_copied(tmp_path):
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     layout = h5py.VirtualLayout(shape=(2, 3), dtype="f8")
     with h5py.File(src, "w") as f:
         f["a"], f["b"] = np.arange(3.0), np.arange(3.0) + 10
         layout[0], layout[1] = h5py.VirtualSource(".", "a", shape=(3,)), h5py.VirtualSource(".", "b", shape=(3,))
         f.create_virtual_dataset("both", layout, fillvalue=-1)
-    repack(src, out, env=engine)
+    repack(src, out)
     assert "(1,0): 10, 11, 12" in same_h5dump(src, out)
 
 
-def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, engine, monkeypatch):
+def test_external_raw_data_is_refused_because_it_lives_outside_the_file(tmp_path, monkeypatch):
     """Raw data in external files (hdf5-json's h5ex_d_extern.h5): the copy pointed at files repack never read."""
     monkeypatch.chdir(tmp_path)  # (HDF5 writes the relative external file in the working directory)
     src = tmp_path / "in.h5"
     with h5py.File(src, "w") as f:
         f.create_dataset("DS1", data=np.arange(12, dtype="<i4"), external=[("in.data", 0, 48)])
-    line = refused(src, tmp_path / "out.h5", engine)
+    line = refused(src, tmp_path / "out.h5")
     assert "/DS1 stores its raw data in external file(s) in.data: its data lives outside the file" in line
 
 
@@ -562,21 +555,21 @@ TOOL_SAMPLES = repack_corpus.CORPUS / "hdf5-tools"
     ("tudlink.h5", "/udlink1 is a user-defined link (link class 187) in the root group, which HDF5 cannot move"),
     ("trefer_obj.h5", "/Dataset3 holds HDF5 1.12-style references (H5R_ref_t)"),
 ])
-def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, engine, sample, reason):
+def test_what_hdf5_cannot_copy_here_is_refused_in_one_line(tmp_path, sample, reason):
     """h5dump's tudlink.h5 (user-defined links of an unregistered class in the root group) and
     trefer_obj.h5 (HDF5 1.12 references, which h5py cannot read): tracebacks. h5repack 1.10 refuses
     both too. (A user-defined link below the root is copied by H5Ocopy: hdf5-json/tall_with_udlink.h5.)"""
-    assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5", engine)
+    assert reason in refused(TOOL_SAMPLES / sample, tmp_path / "out.h5")
 
 
 @pytest.mark.skipif(not TOOL_SAMPLES.is_dir(), reason="shared corpus not present")
-def test_an_already_paged_file_with_latest_format_chunk_indexes(tmp_path, engine):
+def test_an_already_paged_file_with_latest_format_chunk_indexes(tmp_path):
     """h5format_convert's h5fc_ext1_f.h5 (paged; fixed-array, extensible-array and v2-B-tree chunk
     indexes): refused with "cannot write the chunk stored at byte 4168". HDF5 2.0's H5Dchunk_iter
     lists chunks (0, 6) and (0, 9) of the 4 x 6 extensible-array dataset, which reads find at (2, 0)
     and (2, 3): such a dataset is copied decoded, and the copy reads as the input does."""
     src, out = TOOL_SAMPLES / "h5fc_ext1_f.h5", tmp_path / "out.h5"
-    stdout = repack(src, out, env=engine)
+    stdout = repack(src, out)
     assert "verified" in stdout
     dump = same_h5dump(src, out)
     assert "(2,0): 12, 13, 14, 0, 0, 0," in dump
@@ -614,14 +607,14 @@ def _write_hdf5_112_attribute_references(path, owner: str):
 
 
 @pytest.mark.parametrize("owner", ["/", "data", "compact"])
-def test_hdf5_112_attribute_references_are_refused_not_blamed_on_the_file(tmp_path, engine, owner):
-    """Attributes of HDF5 1.12 references: the native engine read them before declining and left the
-    source open through them, and the Python engine then called the file "truncated or damaged" ("file
+def test_hdf5_112_attribute_references_are_refused_not_blamed_on_the_file(tmp_path, owner):
+    """Attributes of HDF5 1.12 references: the C walk (since removed) read them before declining and left the
+    source open through them, and repack then called the file "truncated or damaged" ("file
     close degree doesn't match"); an attribute copied onto the root or a dataset made anew hit "Datatype
-    version out of bounds". Now one line naming the attribute, by either engine."""
+    version out of bounds". Now one line naming the attribute."""
     src = tmp_path / "in.h5"
     _write_hdf5_112_attribute_references(src, owner)
-    line = refused(src, tmp_path / "out.h5", engine)
+    line = refused(src, tmp_path / "out.h5")
     name = "/" + owner.strip("/")
     assert f"{name} (attribute 'refs') holds HDF5 1.12-style references (H5R_ref_t)" in line
     assert "damaged" not in line

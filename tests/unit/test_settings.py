@@ -124,7 +124,7 @@ def test_every_variable_says_what_it_is_for():
     ("LAYOUTLAB_STALL_SECONDS", "soon", "LAYOUTLAB_STALL_SECONDS='soon': expected a number"),
     ("LAYOUTLAB_MAX_INPUT_BYTES", "5GB", "LAYOUTLAB_MAX_INPUT_BYTES='5GB': expected a whole number"),
     ("LAYOUTLAB_FASTCOPY", "no", "LAYOUTLAB_FASTCOPY='no': expected 0 (off) or 1 (on)"),
-    ("LAYOUTLAB_REPACK_ENGINE", "c", "LAYOUTLAB_REPACK_ENGINE='c': expected one of native, python"),
+    ("LAYOUTLAB_BENCH_CHILD", "fork", "LAYOUTLAB_BENCH_CHILD='fork': expected one of auto, interpreter"),
     ("LAYOUTLAB_PLATFORMS", "[1]", "LAYOUTLAB_PLATFORMS='[1]': expected a JSON object"),
     ("LAYOUTLAB_MAX_CONCURRENCY", '{"bench": 0}', "LAYOUTLAB_MAX_CONCURRENCY='{\"bench\": 0}': expected {stage: "
      "whole number >= 1} with stage one of convert, work_units, bench"),

@@ -1,16 +1,14 @@
 """layoutlab repack's C code (``_fastcopy.c``, one module), bound to the HDF5 library h5py links.
 
-Two uses: the C loops of the Python engine (``copy_chunks``,
-``copy_plain_attributes``, called with h5py's identifiers) and the native engine
-(``repack_file``, see repack_native.py), which runs with neither h5py nor numpy
-imported. Binding therefore never imports h5py: the library is found through one
-of h5py's extension modules on disk.
+The C loops of the repack engine (``copy_chunks``, ``copy_plain_attributes``) and of
+--verify (``same_plain_attributes``), called with h5py's identifiers. The library is
+found through one of h5py's extension modules on disk (binding imports nothing).
 
 ``unavailable_reason()`` says why the C code cannot be used (None when it can):
 the extension was not built (it is optional: a machine without a C compiler
 installs layoutlab all the same), h5py's library is too old or lacks a function,
-or ``LAYOUTLAB_FASTCOPY=0``. The Python engine and loops then do the work and
-write the same file.
+or ``LAYOUTLAB_FASTCOPY=0``. Python loops then do the same work and write the
+same file.
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
-"""``repack``: the one entry point of the two repack engines, and the rule that picks one.
+"""``repack``: paged aggregation of one HDF5 file, optionally verified, with the input's chunks decoded meanwhile.
 
-- The native engine (repack_native.py, C, no h5py/numpy import) writes the copy when no
-  rechunking is asked for and it supports everything in the file: the common case, and the
-  one the speed goal is measured on (benchmarks/bench_repack.py).
-- Otherwise the Python engine (repack_hdf5.py) writes it, and ``notes`` says why.
-Both follow one design (HDF5's H5Ocopy copies what does not change) and write files that
-``--verify`` finds identical in content. If the native engine's copy fails ``--verify`` (a
-bug of ours, never of the input), it is thrown away and the Python engine writes the copy,
-with a note saying so. ``LAYOUTLAB_REPACK_ENGINE=python`` forces the Python engine.
+The copy is written by repack_hdf5.py (HDF5's H5Ocopy copies every object that does not change;
+the datasets that must change are made anew, their stored chunks and plain attributes copied by
+the C loops of _fastcopy.c). There is one engine: a second one, a walk of the whole file in C,
+was faster only when the copy is not verified, and verified (the CLI's default and the pipeline's
+convert task) the two measured even (#26, docs/benchmarks.md), so its rules were one copy too many.
 
-This module imports h5py only when the Python engine or ``--verify`` runs.
+This module imports h5py only when it runs (``layoutlab repack --help`` stays quick).
 """
 
 from __future__ import annotations
 
-from layoutlab import settings
-from layoutlab.convert.repack_common import (
-    DEFAULT_PAGE_SIZE,
-    CopyDiffers,
-    RepackSummary,
-    checked_options,
-)
-
-ENGINES = settings.REPACK_ENGINES
-
-
-def chosen_engine() -> str:
-    """``LAYOUTLAB_REPACK_ENGINE`` (native | python; default native, which falls back by itself)."""
-    return settings.value("LAYOUTLAB_REPACK_ENGINE")
+from layoutlab.convert.repack_common import DEFAULT_PAGE_SIZE, RepackSummary, checked_options
 
 
 def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,
@@ -44,37 +28,10 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
 
         decoding = decode_check.start(in_path)
     try:
-        return _repack_with(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress, decoding)
+        from layoutlab.convert.repack_hdf5 import repack as write_copy
+
+        return write_copy(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
+                          decoding=decoding)
     finally:
         if decoding is not None:
             decoding.cancel()  # (nothing left to stop when the copy was verified: result() was collected)
-
-
-def _repack_with(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress, decoding):
-    why_python = None  # (rechunking, or LAYOUTLAB_REPACK_ENGINE=python: the Python engine, nothing to note)
-    if target_chunk_bytes is None and not chunks and chosen_engine() == "native":
-        from layoutlab.convert.repack_native import repack_natively
-
-        try:
-            done = repack_natively(in_path, out_path, page_size,
-                                   verify=_verifier(in_path, decoding) if verify else None, progress=progress)
-        except CopyDiffers as error:  # (the input read fine: the native copy was wrong; the Python engine's turn)
-            done = f"wrote a copy that failed --verify ({error})"
-        if isinstance(done, RepackSummary):
-            return done
-        why_python = done
-    from layoutlab.convert.repack_hdf5 import repack as repack_in_python
-
-    summary = repack_in_python(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
-                               decoding=decoding)
-    if why_python:
-        summary.notes.append(f"written by the Python engine: the native engine {why_python}")
-    return summary
-
-
-def _verifier(in_path, decoding):
-    def verify(copy_path, summary):
-        from layoutlab.convert.repack_hdf5 import verify_copy  # (h5py: only to verify)
-
-        verify_copy(in_path, copy_path, summary, decoding)
-    return verify

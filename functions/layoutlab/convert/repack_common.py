@@ -1,9 +1,8 @@
-"""What both repack engines share, importable without h5py or numpy: sizes, options, the summary.
+"""What repack's modules share, importable without h5py or numpy: sizes, options, the summary.
 
-The native engine (repack_native.py) runs in a process that never imports h5py
-or numpy (their import alone costs ~0.1 s of a repack that h5repack does in
-~0.5 s); everything it and the dispatch (repack.py) need from the Python engine's
-module lives here.
+The command line checks its options and the input's signature, and the decode check
+(decode_check.py) reads chunks, with these alone: a wrong option or a file that is not HDF5
+is named before h5py's import (~0.15 s) is paid.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from layoutlab.errors import BadInputFile, UserError
 from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset
-from layoutlab.units import parse_size  # noqa: F401  (the one size parser; re-exported for the engines' callers)
+from layoutlab.units import parse_size  # noqa: F401  (the one size parser; re-exported for repack's callers)
 
 MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 8 * MiB
@@ -52,9 +51,8 @@ class RepackSummary:
     ``layoutlab repack`` start, measured with ``python -X importtime``.)
     """
 
-    def __init__(self, input: str, output: str, page_size: int, engine: str = "python", input_bytes: int = 0):
+    def __init__(self, input: str, output: str, page_size: int, input_bytes: int = 0):
         self.input, self.output, self.page_size = input, output, page_size
-        self.engine = engine  # which wrote the copy: "native" (_fastcopy.c) or "python" (repack_hdf5.py)
         self.input_bytes = input_bytes
         self.output_bytes = 0
         self.seconds = 0.0

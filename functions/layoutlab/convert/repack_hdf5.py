@@ -75,7 +75,7 @@ def repack(
     progress=None,
     decoding=None,
 ) -> RepackSummary:
-    """The Python engine: repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
+    """Repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
 
     ``target_chunk_bytes`` grows the chunks of chunked datasets along their
     first axis (10,000 -> 100,000 photons with 400 kB for float32) up to that
@@ -84,8 +84,7 @@ def repack(
     number of source bytes handled. Writes to a temporary name next to
     ``out_path`` and renames it, so a failure leaves no ``out_path`` behind.
 
-    ``layoutlab.convert.repack.repack`` is what callers use: it runs the native engine
-    when it can and this one otherwise.
+    ``layoutlab.convert.repack.repack`` is what callers use (it starts --verify's decode check).
     """
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
@@ -156,7 +155,7 @@ class _Repacker:
         self.committed_types = {}  # source path of a named datatype -> destination path
         # (source id, destination object's path, attribute name): values hold references. The path, not
         # the open identifier: an open dataset would keep the chunks written to it in its chunk cache until
-        # the file closes, placing them after everything else (the native engine closes it at once).
+        # the file closes, placing them after everything else.
         self.deferred_attrs = []
         self.deferred_datasets = []  # source dataset paths whose values hold references
         self.attributes_seen: set[str] = set()  # paths whose attributes _copy_attributes copied
@@ -269,7 +268,9 @@ class _Repacker:
         # subtrees where nothing changes) and those datasets are made once, directly from the source.
         # Otherwise (or when nothing changes) one H5Ocopy of the whole tree, then those datasets made
         # anew over their copies (their data copied twice).
-        ancestors = ancestor_groups(plans)
+        # A subtree more than H5OCOPY_MAX_DEPTH groups deep is walked too, never given to one H5Ocopy.
+        ancestors = ancestor_groups(plans) | groups_too_deep_for_one_copy(
+            path for path, kind in kinds.items() if kind == h5py.h5o.TYPE_GROUP)
         # (Also when nothing changes: the whole-tree copy puts the root's attributes on a temporary group and
         # then copies them again onto "/", so a 100 MiB root attribute was written twice.)
         if not shared[0] and self._walkable(ancestors):
@@ -861,6 +862,22 @@ def _copy_plist():
     plist = h5py.h5p.create(h5py.h5p.OBJECT_COPY)
     plist.set_copy_object(0)
     return plist
+
+
+# H5Ocopy recurses over the depth of what it copies (~6 C frames a level): under a 1 MiB stack (a
+# thread's, a small task's) one call on groups nested ~1,240 deep crashed (SIGSEGV, which the guard can
+# only report as damage). Deeper subtrees are walked group by group, each H5Ocopy kept to this depth.
+H5OCOPY_MAX_DEPTH = 32
+
+
+def groups_too_deep_for_one_copy(groups) -> set[str]:
+    """Of the group paths ``groups`` (each group once), those with more than H5OCOPY_MAX_DEPTH levels
+    of groups below them, "/" included when it has: always whole chains from "/" down."""
+    height: dict[str, int] = {}
+    for path in sorted(groups, key=lambda p: p.count("/"), reverse=True):  # (children before parents)
+        parent = path.rsplit("/", 1)[0] or "/"
+        height[parent] = max(height.get(parent, 0), height.get(path, 0) + 1)
+    return {path for path, levels in height.items() if levels > H5OCOPY_MAX_DEPTH}
 
 
 TMP_ROOT = b".layoutlab-repack-root"

@@ -119,7 +119,7 @@ class PagedKind(VariantKind):
             publish(s3, out, target)
         result = summary.to_dict()
         # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
-        # The notes stay text: a line or two, e.g. why the native engine left the copy to the Python engine.
+        # The notes stay text: a line or two.
         return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k not in ("notes", "decode_check") else v)
                            for k, v in result.items() if k not in ("input", "output")}, **paging}
 
