@@ -198,3 +198,50 @@ def test_apply_sets_the_buffer_size(monkeypatch):
     monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(moto_patch.KEY_BUFFER_BYTES))
     moto_patch.apply(key_buffer_bytes=64 * 2**20)  # already applied: only the size changes
     assert os.environ["MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"] == str(64 * 2**20)
+
+
+def test_dynamodb_reads_answer_what_stock_moto_answers():
+    """Scan, Query, GetItem and BatchGetItem through the patch give the documents moto's own serializer
+    gives, for every kind of attribute value; errors are unchanged."""
+    import decimal
+
+    from boto3.dynamodb.conditions import Key
+    from moto.dynamodb.responses import DynamoHandler
+
+    item = {"pk": "d", "sk": "RESULT#1", "binary": b"\x00\x01\xff", "numbers": {1, 2}, "binaries": {b"a", b"b"},
+            "strings": {"x", "y"}, "number": decimal.Decimal("1.5"), "nothing": None, "flag": True,
+            "nested": {"list": [1, "a", {"deep": [b"z", None]}], "empty": {}}, "text": "é ✓"}
+    patched = DynamoHandler.serialized
+    answers = {}
+    for name, serializer in (("patched", patched), ("stock", _stock_serializer(patched))):
+        DynamoHandler.serialized = serializer
+        try:
+            with moto.mock_aws():
+                table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
+                    TableName="t", BillingMode="PAY_PER_REQUEST",
+                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                          {"AttributeName": "sk", "AttributeType": "S"}])
+                table.put_item(Item=item)
+                table.put_item(Item={"pk": "d", "sk": "RESULT#2", "n": 2})
+                client = table.meta.client
+                with pytest.raises(ClientError, match="ResourceNotFoundException"):
+                    client.scan(TableName="missing")
+                answers[name] = (table.scan()["Items"], table.query(KeyConditionExpression=Key("pk").eq("d"))["Items"],
+                                 table.get_item(Key={"pk": "d", "sk": "RESULT#1"})["Item"],
+                                 client.batch_get_item(RequestItems={"t": {"Keys": [{"pk": "d", "sk": "RESULT#1"}]}})
+                                 ["Responses"]["t"], table.scan(Limit=1)["LastEvaluatedKey"])
+        finally:
+            DynamoHandler.serialized = patched
+    assert answers["patched"] == answers["stock"]
+    assert answers["patched"][2] == {**item, "binary": boto3.dynamodb.types.Binary(b"\x00\x01\xff"),
+                                     "binaries": {boto3.dynamodb.types.Binary(b"a"), boto3.dynamodb.types.Binary(b"b")},
+                                     "nested": {"list": [decimal.Decimal(1), "a", {"deep": [boto3.dynamodb.types.Binary(b"z"), None]}],
+                                                "empty": {}},
+                                     "numbers": {decimal.Decimal(1), decimal.Decimal(2)}}
+
+
+def _stock_serializer(patched):
+    """The serializer the patch wraps (the closure's ``stock_serialized``)."""
+    cells = dict(zip(patched.__code__.co_freevars, (c.cell_contents for c in patched.__closure__)))
+    return cells["stock_serialized"]
