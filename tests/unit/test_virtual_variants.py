@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 from layoutlab.convert import virtual
 from layoutlab.errors import BadInputFile
 from layoutlab.pipeline import plan as plans
+from shared_corpus import CORPUS
 
 
 def _grid_facts():
@@ -115,7 +115,6 @@ def test_a_file_that_cannot_be_referenced_is_bad_input(tmp_path):
         virtual.build_layout(str(path), f"file://{path}")
 
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 REAL_GRANULES = ["icesat2/ATL06_20181013235645_02340114_209_01.h5", "netcdf4-python", "xarray", "netcdf-c"]
 
 

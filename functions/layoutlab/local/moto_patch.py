@@ -267,11 +267,14 @@ DYNAMODB_READS = ("Scan", "Query", "GetItem", "BatchGetItem")
 
 
 def _dynamodb_reads_as_dynamo_json() -> None:
+    import functools
+
     from moto.dynamodb.models.utilities import dynamo_json_dump
     from moto.dynamodb.responses import DynamoHandler
 
     stock_serialized = DynamoHandler.serialized
 
+    @functools.wraps(stock_serialized)  # (``__wrapped__``: the stock serializer, for the test that compares)
     def serialized(self, action_result):
         result = action_result.result
         if isinstance(result, dict) and self._get_action() in DYNAMODB_READS:  # (an error goes the stock way)
