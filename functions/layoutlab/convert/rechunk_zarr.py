@@ -49,6 +49,7 @@ import numpy as np
 
 from layoutlab import settings
 from layoutlab.convert import rechunk_plan as planner
+from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.storage import S3Location, is_s3_url
 from layoutlab.units import parse_size  # the one size parser; benchmarks/ call it from here
@@ -83,21 +84,12 @@ FIXED_WORKING_MEMORY = 16 * 2**20
 # threshold it stays flat. A fixed threshold also turns the dynamic adjustment off, so every
 # buffer bigger than about a chunk goes back to the OS when freed.
 MMAP_THRESHOLD = 4 * 2**20
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 @functools.cache
 def fix_mmap_threshold() -> bool:
-    """Set glibc's mmap threshold once per process (no Python binding exists: ctypes).
-
-    True when set; False where the C library is not glibc (then nothing changes).
-    """
-    import ctypes
-
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
+    """Set glibc's mmap threshold once per process (convert/heap.py); False where it is not glibc."""
+    return set_malloc_thresholds(mmap_threshold=MMAP_THRESHOLD)
 
 
 def parse_dim_spec(text: str | None, option: str = "--chunks") -> dict[str, int | None] | None:

@@ -48,6 +48,7 @@ from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the m
     partial_output,
     partial_output_remover,
 )
+from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.convert.preallocate import expected_output_bytes, preallocate, release_preallocation
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.formats.paged_layout import ancestor_groups  # (one rule: the page model counts the groups walked)
@@ -132,6 +133,9 @@ def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None) -> No
     input beside the copy: its verdict is collected here, after the comparison, instead of decoding
     in this process; a damaged chunk is the input's fault and is reported before any difference."""
     started = time.perf_counter()
+    # Stored chunks are compared in pieces of COMPARE_PIECE_BYTES, read into new objects: freed pieces
+    # are kept for the next (convert/heap.py; the GEOS-like input's comparison 0.98-1.27 -> 0.22 s).
+    set_malloc_thresholds(mmap_threshold=4 * COMPARE_PIECE_BYTES, keep_freed=64 * COMPARE_PIECE_BYTES)
     with _damage_names_the_input(in_path, "verify the copy against it"):
         problems = compare_files(in_path, copy_path, decode=decoding is None)
         if decoding is not None:
@@ -1539,8 +1543,38 @@ def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     # The stored bytes read with pread at the addresses the chunk indexes give: H5Dread_chunk through
     # h5py costs ~40 % more here (a chunk-cache lookup and a Python object per call).
     with open(a.file.filename, "rb") as file_a, open(b.file.filename, "rb") as file_b:
-        return all(os.pread(file_a.fileno(), size, address) == os.pread(file_b.fileno(), size, chunks_b[offset][2])
-                   for offset, (_, size, address) in chunks_a.items())
+        return all(_same_bytes(file_a.fileno(), at_a, file_b.fileno(), at_b, size)
+                   for at_a, at_b, size in _back_to_back_runs(chunks_a, chunks_b))
+
+
+def _back_to_back_runs(chunks_a: dict, chunks_b: dict):
+    """(address in a, address in b, bytes) of runs of chunks stored back to back, in the same order, in
+    both files: compared as one span each (ATL03-like: 55,518 chunks in 1,848 runs; 0.6 s of a 1.7 s
+    comparison was the Python around each chunk). Same keys in both (checked by the caller)."""
+    run = None
+    for offset, (_, size, at_a) in sorted(chunks_a.items(), key=lambda item: item[1][2]):
+        at_b = chunks_b[offset][2]
+        if run and at_a == run[0] + run[2] and at_b == run[1] + run[2]:
+            run[2] += size
+            continue
+        if run:
+            yield tuple(run)
+        run = [at_a, at_b, size]
+    if run:
+        yield tuple(run)
+
+
+COMPARE_PIECE_BYTES = 256 * 1024
+
+
+def _same_bytes(fd_a: int, at_a: int, fd_b: int, at_b: int, size: int) -> bool:
+    """The ``size`` bytes at ``at_a`` in one file equal those at ``at_b`` in the other, read in pieces:
+    two pieces in memory whatever the chunk's size (a chunk may hold up to 4 GiB)."""
+    for start in range(0, size, COMPARE_PIECE_BYTES):
+        length = min(COMPARE_PIECE_BYTES, size - start)
+        if os.pread(fd_a, length, at_a + start) != os.pread(fd_b, length, at_b + start):
+            return False
+    return True
 
 
 _PATHS: dict = {}
