@@ -152,7 +152,12 @@ def open_store(location: str, read_only: bool = False):
 
 
 def _run(coro):
-    return asyncio.run(coro)
+    """Run a store coroutine on zarr's own event loop (one thread for the process, reset after a fork),
+    as zarr's synchronous API does: ``asyncio.run`` made and closed a loop and its executor per call,
+    ~1.4 ms each: 20 of the 30 s a 2,001-variable NetCDF-4 file (14,006 calls) took to rechunk."""
+    from zarr.core.sync import sync
+
+    return sync(coro)
 
 
 def _store_get(store, key: str) -> bytes | None:
