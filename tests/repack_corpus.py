@@ -21,7 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-CORPUS = Path(os.environ.get("LAYOUTLAB_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from shared_corpus import CORPUS  # (where the corpus is: one rule for every corpus test)
+
 PAGE = 4194304
 TOOLS = ("h5repack", "h5dump", "h5diff", "ncdump", "ncgen")
 REPACK_TIMEOUT = 120
