@@ -88,13 +88,15 @@ def test_a_copy_that_fails_verify_is_our_error_not_the_inputs_and_is_not_kept(tm
 def test_verify_finds_one_changed_byte_in_any_stored_chunk_of_the_copy(tmp_path, which):
     """Stored chunks are compared a run of back-to-back chunks at a time, in pieces (repack_hdf5.
     _back_to_back_runs, _same_bytes): one byte changed in the copy's first, a middle or the last
-    chunk, past the first piece of a 1.2 MB chunk, is found; the unchanged copy passes."""
+    chunk, past the first piece of a 1.2 MB chunk, is found, and only there (the short piece of the
+    dataset compared next is not blamed for what the buffers kept); the unchanged copy passes."""
     from layoutlab.convert.repack_hdf5 import COMPARE_PIECE_BYTES, _back_to_back_runs, compare_files
 
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     rng = np.random.default_rng(7)
     with h5py.File(src, "w") as f:  # (random values: deflate barely shrinks them, chunks stay ~1.2 MB)
         f.create_dataset("v", data=rng.random((8, 150_000)), chunks=(1, 150_000), compression="gzip")
+        f.create_dataset("w", data=rng.random(1_000), chunks=(1_000,), compression="gzip")  # (compared after v)
     repack(src, out, page_size=8 << 20, verify=True)
     with h5py.File(src) as a, h5py.File(out) as b:
         chunks = sorted((b["v"].id.get_chunk_info(i) for i in range(8)), key=lambda c: c.byte_offset)
@@ -106,6 +108,6 @@ def test_verify_finds_one_changed_byte_in_any_stored_chunk_of_the_copy(tmp_path,
     chunk = {"first": chunks[0], "middle": chunks[4], "last": chunks[-1]}[which]
     assert chunk.size > 2 * COMPARE_PIECE_BYTES
     data = bytearray(out.read_bytes())
-    data[chunk.byte_offset + COMPARE_PIECE_BYTES + 17] ^= 0x01
+    data[chunk.byte_offset + COMPARE_PIECE_BYTES + 200_000] ^= 0x01  # (past all of w's 8 kB chunk)
     out.write_bytes(bytes(data))
     assert compare_files(src, out, decode=False) == ["/v: stored chunks differ"]

@@ -6,8 +6,10 @@ Why each caller sets them, measured on this project's inputs:
 - glibc maps a block above its mmap threshold (128 KiB at start) fresh and unmaps it when freed, and
   gives an arena's free top back to the kernel above the trim threshold; a loop that allocates a
   chunk-sized buffer per chunk then pays a page fault and a page of zeros for every byte it touches.
-  Comparing a GEOS-like input's 2.2 MB stored chunks took 0.98-1.27 s, 0.22 s with the freed memory
-  kept for reuse; inflating its 3.3 MB chunks 1.43 s on two threads, 0.73 s.
+  The decode check inflates each chunk into a new object (no inflater writes into a given buffer):
+  the GEOS-like input's 3.3 MB chunks took 1.43 s on two threads, 0.73 s with freed memory kept.
+  (Where a loop can read into its own buffers it does, and needs none of this: --verify's
+  comparison of stored chunks, repack_hdf5._same_bytes.)
 - The same threshold also moves by itself: each freed mapped block raises it (up to 32 MiB), after
   which buffers come from heap arenas and stay there, fragmented (the rechunker's peak RSS crept past
   its bound). Setting it fixes it: glibc's adjustment is off for the rest of the process.
