@@ -84,12 +84,13 @@ def test_a_copy_that_fails_verify_is_our_error_not_the_inputs_and_is_not_kept(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
 
 
-@pytest.mark.parametrize("which", ["first", "middle", "last"])
+@pytest.mark.parametrize("which", ["first", "middle", "last", "end of the last"])
 def test_verify_finds_one_changed_byte_in_any_stored_chunk_of_the_copy(tmp_path, which):
     """Stored chunks are compared a run of back-to-back chunks at a time, in pieces (repack_hdf5.
     _back_to_back_runs, _same_bytes): one byte changed in the copy's first, a middle or the last
-    chunk, past the first piece of a 1.2 MB chunk, is found, and only there (the short piece of the
-    dataset compared next is not blamed for what the buffers kept); the unchanged copy passes."""
+    chunk, past the first piece of a 1.2 MB chunk, or in the short piece that ends a run, is found,
+    and only there (the small chunk of the dataset compared next is not blamed); the unchanged copy
+    passes."""
     from layoutlab.convert.repack_hdf5 import COMPARE_PIECE_BYTES, _back_to_back_runs, compare_files
 
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
@@ -105,9 +106,10 @@ def test_verify_finds_one_changed_byte_in_any_stored_chunk_of_the_copy(tmp_path,
     # (seven chunks back to back in both files, the eighth on the copy's next 8 MiB page: two runs)
     assert [size // 1_000_000 for _, _, size in _back_to_back_runs(*located)] == [7, 1]
     assert compare_files(src, out, decode=False) == []
-    chunk = {"first": chunks[0], "middle": chunks[4], "last": chunks[-1]}[which]
+    chunk = {"first": chunks[0], "middle": chunks[4]}.get(which, chunks[-1])
     assert chunk.size > 2 * COMPARE_PIECE_BYTES
     data = bytearray(out.read_bytes())
-    data[chunk.byte_offset + COMPARE_PIECE_BYTES + 200_000] ^= 0x01  # (past all of w's 8 kB chunk)
+    at = chunk.size - 5 if which == "end of the last" else COMPARE_PIECE_BYTES + 200_000  # (past w's 8 kB chunk)
+    data[chunk.byte_offset + at] ^= 0x01
     out.write_bytes(bytes(data))
     assert compare_files(src, out, decode=False) == ["/v: stored chunks differ"]
