@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from layoutlab.convert.heap import set_malloc_thresholds
-from layoutlab.convert.repack_common import READ_GAP_BYTES, READ_SPAN_BYTES
 from layoutlab.guard import GuardedCall, start_guarded
 
 try:  # the inflater, chosen once
@@ -86,7 +85,7 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
     ``BadInputFile`` for the first chunk HDF5 cannot decode."""
     import h5py
 
-    from layoutlab.convert.repack_hdf5 import BLOCK_BYTES, decode_blocks, missing_filters, walk_objects
+    from layoutlab.convert.repack_hdf5 import BLOCK_BYTES, decode_blocks, missing_filters, read_spans, walk_objects
     from layoutlab.hdf5_input import open_input
 
     started = time.perf_counter()
@@ -127,7 +126,10 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
                           for offset, mask, address, size in _chunks_within(dataset) if not mask & deflate_bit]
                 report.chunks += len(chunks)
                 report.stored_bytes += sum(c[3] for c in chunks)
-                for batch in _batches(chunks):
+                # (runs of neighbouring chunks, each read with one pread, as the copy reads them: ATL03-like
+                # granules store 55,000 chunks of ~17 kB, for which a read and a task per chunk cost
+                # more than inflating them)
+                for _, _, batch in read_spans(sorted(chunks, key=lambda chunk: chunk[2])):
                     pending.append((pool.submit(_inflate_batch, fd, batch), batch))
                 settle(4 * workers)  # (a bounded number in flight: a file may list millions of chunks)
             settle(0)
@@ -135,21 +137,6 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
         os.close(fd)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _batches(chunks: list, span_bytes: int = READ_SPAN_BYTES, max_gap: int = READ_GAP_BYTES):
-    """Runs of chunks neighbouring in the file (sorted by address; a gap of at most ``max_gap``), each
-    read with one pread of at most ``span_bytes`` (or one chunk): ATL03-like granules store 55,000
-    chunks of ~17 kB, for which a read and a task per chunk cost more than inflating them."""
-    batch: list = []
-    for chunk in sorted(chunks, key=lambda c: c[2]):
-        if batch and (chunk[2] - (batch[-1][2] + batch[-1][3]) > max_gap
-                      or chunk[2] + chunk[3] - batch[0][2] > span_bytes):
-            yield batch
-            batch = []
-        batch.append(chunk)
-    if batch:
-        yield batch
 
 
 def _inflate_batch(fd: int, batch: list) -> list[int]:

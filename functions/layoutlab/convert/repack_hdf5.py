@@ -673,7 +673,7 @@ class _Repacker:
         located.sort(key=lambda item: item[2])  # read the source front to back
         write = dst_id.write_direct_chunk
         done = 0
-        for span_start, span_end, members in _read_spans(located):
+        for span_start, span_end, members in read_spans(located):
             # One read per run of neighbouring chunks (up to READ_SPAN_BYTES) into one
             # reused buffer (a fresh multi-MB bytes object per read costs page faults),
             # sliced without copying.
@@ -823,7 +823,7 @@ def _listed_within(located, extent) -> bool:
     return all(all(o < n for o, n in zip(item[0], extent)) for item in located)
 
 
-def _read_spans(located, max_gap=None, max_span=None):
+def read_spans(located, max_gap=None, max_span=None):
     """Group chunks sorted by address into (start, end, chunks) runs read with one call each:
     neighbours closer than ``max_gap``, runs up to ``max_span`` bytes (default
     ``READ_SPAN_BYTES``; a larger chunk is a run of its own)."""
