@@ -157,7 +157,7 @@ _runners = threading.local()
 
 def _run(coro):
     """Run a store coroutine on this thread's event loop, made once (``asyncio.Runner``) instead of per
-    call: ``asyncio.run`` made and closed a loop and its executor each time, ~0.6 ms, 10 of the 28 s a
+    call: ``asyncio.run`` made and closed a loop and its executor each time, ~0.6 ms: ~10 of the 32-38 s a
     2,001-variable NetCDF-4 file (14,006 calls) took to rechunk. The loop runs in the calling thread,
     as ``asyncio.run``'s did, so a signal stops the work where it is; a call that raises (SIGTERM's
     Terminated too) closes it there, its tasks cancelled, as ``asyncio.run`` does, and a forked child
