@@ -78,6 +78,47 @@ def external_link_local_file(path: Path, secret_h5: Path) -> Path:
     return path
 
 
+def virtual_self_over_external(path: Path, target: str, size: int = ENVIRON_BYTES) -> Path:
+    """A virtual dataset whose source is a dataset of the file itself (``"."``) that has external raw storage
+    (``target``: ``/proc/<pid>/environ``, a local file): issue 36's attack. HDF5 opens the source with its
+    own access properties, so only a check that follows ``"."`` sources (or a confined reader) stops it."""
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        f.create_dataset("hidden/raw", shape=(size,), dtype="u1", external=[(target, 0, size)])
+        layout = h5py.VirtualLayout(shape=(size,), dtype="u1")
+        layout[:] = h5py.VirtualSource(".", "/hidden/raw", shape=(size,))
+        f.create_virtual_dataset("notes", layout, fillvalue=0)
+    return path
+
+
+def virtual_self_over_external_link(path: Path, secret_h5: Path) -> Path:
+    """A virtual dataset over ``"."``:``/hidden_link``, an external link to a local HDF5 file: HDF5 resolves a
+    virtual dataset's source with its default link access, where layoutlab's external-link callback is not."""
+    n = len(FILE_CANARY) * 4
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        f["hidden_link"] = h5py.ExternalLink(os.fspath(secret_h5), "/secret")
+        layout = h5py.VirtualLayout(shape=(n,), dtype="u1")
+        layout[:] = h5py.VirtualSource(".", "/hidden_link", shape=(n,))
+        f.create_virtual_dataset("notes", layout, fillvalue=0)
+    return path
+
+
+def virtual_self_nested(path: Path, secret: Path) -> Path:
+    """Two levels of ``"."`` virtual datasets over a dataset stored in a local file (transitive)."""
+    n = len(FILE_CANARY) * 4
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        f.create_dataset("hidden/raw", shape=(n,), dtype="u1", external=[(os.fspath(secret), 0, n)])
+        inner = h5py.VirtualLayout(shape=(n,), dtype="u1")
+        inner[:] = h5py.VirtualSource(".", "/hidden/raw", shape=(n,))
+        f.create_virtual_dataset("hidden/inner", inner, fillvalue=0)
+        outer = h5py.VirtualLayout(shape=(n,), dtype="u1")
+        outer[:] = h5py.VirtualSource(".", "/hidden/inner", shape=(n,))
+        f.create_virtual_dataset("notes", outer, fillvalue=0)
+    return path
+
+
 def every_hostile_file(directory: Path, secrets: dict[str, Path]) -> dict[str, Path]:
     """One file per way of reaching outside, by name."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -89,6 +130,13 @@ def every_hostile_file(directory: Path, secrets: dict[str, Path]) -> dict[str, P
         "external-local-file": external_local_file(directory / "external-local-file.h5", secrets["text"]),
         "virtual-local-file": virtual_local_file(directory / "virtual-local-file.h5", secrets["hdf5"]),
         "external-link-local-file": external_link_local_file(directory / "external-link.h5", secrets["hdf5"]),
+        "virtual-self-external-environ": virtual_self_over_external(directory / "vds-self-environ.h5",
+                                                                    "/proc/self/environ"),
+        "virtual-self-external-file": virtual_self_over_external(directory / "vds-self-file.h5",
+                                                                 os.fspath(secrets["text"]), len(FILE_CANARY) * 4),
+        "virtual-self-external-link": virtual_self_over_external_link(directory / "vds-self-elink.h5",
+                                                                      secrets["hdf5"]),
+        "virtual-self-nested": virtual_self_nested(directory / "vds-self-nested.h5", secrets["text"]),
     }
 
 

@@ -63,23 +63,28 @@ def _io_and_cpu(pid: int) -> tuple[int, float] | None:
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read().rsplit(")", 1)[1].split()
             busy = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (FileNotFoundError, ProcessLookupError, ValueError):
+    except (FileNotFoundError, ProcessLookupError, ValueError, PermissionError):
+        # (PermissionError: a watcher confined by Landlock, or a non-dumpable child of a user without
+        # CAP_SYS_PTRACE: no counters, so no stall watch; crashes and answers are still seen)
         return None
     return int(fields["rchar"]) + int(fields["wchar"]), busy
 
 
 def run_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None,
-                without_credentials: bool = False, **kwargs):
+                without_credentials: bool = False, confine: tuple[list, list] | None = None, **kwargs):
     """``fn(*args, **kwargs)`` in a watched child; its result, or its exception, in the caller.
 
     ``UserError`` keeps its message; other exceptions arrive as ``GuardedCallFailed``
     with the child's traceback. ``without_credentials``: the child's environment holds no cloud
-    credentials (work on a local file, whose results the parent publishes). Falls back to a plain call where there is no fork or
+    credentials (work on a local file, whose results the parent publishes). ``confine``: (files or
+    folders to read, folders to write) — the child restricts itself to them and the runtime before it
+    calls ``fn`` (layoutlab/sandbox.py: Landlock); ``start_guarded(...).isolation`` says what held.
+    Falls back to a plain call where there is no fork or
     no /proc (or with LAYOUTLAB_NO_GUARD=1). ``cleanup(pid)`` runs when the child was
     stopped or crashed, to remove what it left half-written.
     """
     return start_guarded(fn, *args, path=path, stall_seconds=stall_seconds, cleanup=cleanup,
-                         without_credentials=without_credentials, **kwargs).result()
+                         without_credentials=without_credentials, confine=confine, **kwargs).result()
 
 
 class GuardedCall:
@@ -94,6 +99,7 @@ class GuardedCall:
         self._path, self._stall, self._cleanup = path, stall, cleanup
         self._pid, self._read_end, self._deferred = pid, read_end, deferred
         self._answer: tuple | None = None
+        self.isolation = None  # the child's sandbox.Isolation once it answered (when it was confined)
 
     def result(self):
         if self._answer is None:
@@ -102,7 +108,7 @@ class GuardedCall:
                     value = self._deferred()
                 else:
                     pid, self._pid = self._pid, None
-                    value = _watch(pid, self._read_end, self._path, self._stall, self._cleanup)
+                    value, self.isolation = _watch(pid, self._read_end, self._path, self._stall, self._cleanup)
                 self._answer = ("ok", value)
             except BaseException as error:
                 self._answer = ("raised", error)
@@ -120,7 +126,8 @@ class GuardedCall:
 
 
 def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, cleanup=None,
-                  without_credentials: bool = False, **kwargs) -> GuardedCall:
+                  without_credentials: bool = False, confine: tuple[list, list] | None = None,
+                  **kwargs) -> GuardedCall:
     """``run_guarded``'s child started, not waited for: the caller goes on with other work (on the
     other core) and collects the answer with ``result()``."""
     if stall_seconds is None:
@@ -128,7 +135,12 @@ def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, clea
             settings.value("LAYOUTLAB_STALL_SECONDS")
     stall = float(stall_seconds)
     if not _can_guard():
-        return GuardedCall(path, stall, cleanup, deferred=lambda: fn(*args, **kwargs))
+        call = GuardedCall(path, stall, cleanup, deferred=lambda: fn(*args, **kwargs))
+        if confine is not None:
+            from layoutlab.sandbox import not_entered
+
+            call.isolation = not_entered()
+        return call
     read_end, write_end = os.pipe()
     # Objects that exist before the fork go to the collector's permanent generation:
     # the child's collections then neither scan them nor write to their pages (which
@@ -153,9 +165,20 @@ def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, clea
             from layoutlab.process_environment import drop_credentials
 
             drop_credentials()
+        isolation = None
         try:
             try:
-                answer = ("ok", fn(*args, **kwargs))
+                if confine is not None:  # before anything of the input is opened
+                    from layoutlab import sandbox
+
+                    isolation = sandbox.enter(read=list(confine[0]), write=list(confine[1]))
+                if without_credentials:
+                    # (a fork of a non-dumpable task host is non-dumpable, which closes its /proc/<pid>/io
+                    # to the watching parent; this child holds no credentials)
+                    from layoutlab.sandbox import make_dumpable
+
+                    make_dumpable()
+                answer = ("ok", fn(*args, **kwargs), isolation)
             except UserError as error:
                 answer = ("user_error", error)
             except BaseException as error:  # sent to the parent, which re-raises it
@@ -235,7 +258,7 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
                                 f"{os.WEXITSTATUS(status)})")
     answer = pickle.loads(bytes(data))
     if answer[0] == "ok":
-        return answer[1]
+        return answer[1], answer[2]
     if answer[0] == "user_error":
         raise answer[1]
     if answer[1].startswith("MemoryError"):  # over the memory limit: the caller (and Step Functions' Retry) must see it

@@ -127,8 +127,34 @@ def open_input(source, name: str | None = None, **kwargs):
     return h5py.File(source, "r", **kwargs)
 
 
+_NOT_READ = "not read (an uploaded file may not read files of the machine that opens it)"
+
+
 def data_outside_file(dataset) -> str | None:
-    """Why the values of ``dataset`` (an h5py Dataset) live outside its file, or None when they do not."""
+    """Why the values of ``dataset`` (an h5py Dataset) would come from anywhere but the file's own stored
+    chunks, or None when they would not: external raw storage, a virtual dataset over other files, and a
+    virtual dataset over datasets of its own file (source ``"."``) that are themselves any of these, or
+    that HDF5 would reach through an external, soft or user-defined link (HDF5 opens a virtual dataset's
+    sources with its own link-access properties: ``deny_external_links`` does not apply there). Metadata
+    only: no value is read. One line, naming the reason.
+
+    ``LAYOUTLAB_OUTSIDE_FILE_CHECK=0`` switches this pre-pass off (every dataset is called inside): only to
+    test that the Landlock restriction (layoutlab/sandbox.py) holds without it.
+    """
+    from layoutlab import sandbox
+
+    if not sandbox.outside_file_check_on():
+        return None
+    reason = _outside(dataset, set())
+    return f"{reason}: {_NOT_READ}" if reason else None
+
+
+# A virtual dataset's sources nest (a source in the same file may itself be virtual): how deep the pre-pass
+# follows them before it refuses the dataset as too deep to check.
+MAX_VIRTUAL_DEPTH = 32
+
+
+def _outside(dataset, seen: set, depth: int = 0) -> str | None:
     import h5py
 
     dcpl = dataset.id.get_create_plist()
@@ -137,13 +163,65 @@ def data_outside_file(dataset) -> str | None:
         names = [os.fsdecode(dcpl.get_external(i)[0]) for i in range(min(count, 3))]
         more = f" and {count - 3} more" if count > 3 else ""
         return (f"its values are stored in external file(s) {', '.join(repr(n) for n in names)}{more}, outside "
-                "the HDF5 file: not read (an uploaded file may not read files of the machine that opens it)")
-    if dcpl.get_layout() == h5py.h5d.VIRTUAL:
-        sources = sorted({os.fsdecode(dcpl.get_virtual_filename(i)) for i in range(dcpl.get_virtual_count())} - {"."})
-        if sources:
-            shown = ", ".join(repr(s) for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
-            return (f"a virtual dataset whose values live in other files ({shown}): not read (an uploaded "
-                    "file may not read files of the machine that opens it)")
+                "the HDF5 file")
+    if dcpl.get_layout() != h5py.h5d.VIRTUAL:
+        return None
+    mappings = [(os.fsdecode(dcpl.get_virtual_filename(i)), os.fsdecode(dcpl.get_virtual_dsetname(i)))
+                for i in range(dcpl.get_virtual_count())]
+    sources = sorted({name for name, _ in mappings} - {"."})
+    if sources:
+        shown = ", ".join(repr(s) for s in sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+        return f"a virtual dataset whose values live in other files ({shown})"
+    if depth >= MAX_VIRTUAL_DEPTH:
+        return f"a virtual dataset whose sources nest more than {MAX_VIRTUAL_DEPTH} deep in its own file"
+    seen.add(h5py.h5o.get_info(dataset.id).addr)
+    root = dataset.file
+    for name in sorted({source for _, source in mappings}):
+        where = f"a virtual dataset over {name!r} of its own file"
+        if "%" in name:  # (printf-like source names of unlimited mappings: which datasets is not known here)
+            return f"{where}, a pattern of names that cannot be checked"
+        via = _link_on_path(root, name)
+        if via:
+            return f"{where}, reached through {via}"
+        try:
+            source = root[name]
+        except (KeyError, OSError, ValueError, RuntimeError):
+            continue  # (absent: HDF5 reads the fill value)
+        if not isinstance(source, h5py.Dataset):
+            continue
+        if h5py.h5o.get_info(source.id).addr in seen:
+            return f"{where}, whose sources loop back to it"
+        inner = _outside(source, seen, depth + 1)
+        if inner:
+            return f"{where} ({inner})"
+    return None
+
+
+def _link_on_path(root, path: str) -> str | None:
+    """The first link on ``path`` (from the file's root) that is not a hard link, described; None when every
+    step is a hard link (or the path ends early: HDF5 then reads the fill value)."""
+    import h5py
+
+    group = root
+    parts = [p for p in path.split("/") if p and p != "."]
+    for i, part in enumerate(parts):
+        try:
+            link = group.get(part, getlink=True)
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError):  # h5py knows no class for user-defined links
+            return f"a user-defined link {part!r}"
+        if link is None:
+            return None
+        if isinstance(link, h5py.ExternalLink):
+            return f"an external link to {link.filename}:{link.path}"
+        if isinstance(link, h5py.SoftLink):
+            return f"a soft link {part!r} -> {link.path!r}"
+        if i < len(parts) - 1:
+            try:
+                group = group[part]
+            except (KeyError, OSError, ValueError, RuntimeError):
+                return None
+            if not isinstance(group, h5py.Group):
+                return None
     return None
 
 

@@ -173,6 +173,10 @@ _DECLARED = (
              "guard's child process (memory and stall limits off)", "user"),
     Variable("LAYOUTLAB_STALL_SECONDS", _number, 60.0, "the guard stops a child that has spun on a CPU without "
              "reading or writing for this long (s)", "user"),
+    Variable("LAYOUTLAB_SANDBOX", _switch, True, "0: the workers that read an uploaded file's values do not "
+             "restrict themselves with Landlock (layoutlab/sandbox.py; for testing the pre-pass alone)", "user"),
+    Variable("LAYOUTLAB_OUTSIDE_FILE_CHECK", _switch, True, "0: the metadata pre-pass that refuses datasets whose "
+             "values lie outside the file is off (hdf5_input.py; for testing the Landlock restriction alone)", "user"),
     Variable("LAYOUTLAB_BENCH_CHILD", _one_of("auto", "interpreter"), "auto", "how a bench case gets its fresh "
              "process: auto forks when that is safe, interpreter always starts a new one", "user"),
     # -- the local cloud (layoutlab.local): never set in AWS ---------------------------------------------

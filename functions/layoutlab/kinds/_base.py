@@ -43,6 +43,10 @@ class VariantKind:
     paged: ClassVar[bool] = False  # paged HDF5: references may be built over it, its size budget is flagged
     needs_grid: ClassVar[bool] = False  # made only for a gridded (time, lat, lon) dataset
     fans_out: ClassVar[bool] = False  # a big one is written by work units in parallel, then published
+    # True: its conversion (and its work units) read the upload's values in a worker process confined to its
+    # scratch folder (pipeline/variants.py, layoutlab/sandbox.py); False: the kind confines its own readers
+    # (repack-paged's guarded children) or reads no value (original)
+    reads_in_worker: ClassVar[bool] = False
 
     # --- the plan ---------------------------------------------------------------------------------
 

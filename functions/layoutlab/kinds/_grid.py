@@ -63,6 +63,7 @@ class GridKind(VariantKind):
     base: str  # of its name
     one_object = False
     needs_grid = True
+    reads_in_worker = True
     options = {"target_chunk_bytes": SIZE, "chunks": CHUNKS, "shards": SHARDS, "max_mem": SIZE}
     required = ("chunks",)
 

@@ -34,6 +34,7 @@ def _record_note(item: dict) -> str | None:
 
 class ReferencesKind(VariantKind):
     virtual = True
+    reads_in_worker = True
     one_object = True
 
     def write(self, layout, spec: dict, s3, etag: str | None) -> dict:

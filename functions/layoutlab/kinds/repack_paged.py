@@ -84,7 +84,7 @@ class PagedKind(VariantKind):
         from layoutlab.convert.repack import repack
         from layoutlab.convert.repack_common import CopyDiffers
         from layoutlab.errors import BadInputFile, UserError
-        from layoutlab.guard import run_guarded
+        from layoutlab.guard import run_guarded, start_guarded
         from layoutlab.kinds._transfer import download, publish
         from layoutlab.storage import S3Location
 
@@ -108,9 +108,12 @@ class PagedKind(VariantKind):
             else:
                 paging = {"page_size": int(page_size), "page_size_choice": "set by the plan", "size_budget": budget}
             try:
-                summary = run_guarded(repack, source, out, path=original, page_size=page_size,
-                                      without_credentials=True, target_chunk_bytes=spec.get("target_chunk_bytes"),
-                                      verify=True)
+                # confined to the download and the copy's folder (layoutlab/sandbox.py): whatever the file
+                # points at, the worker can open nothing else
+                call = start_guarded(repack, source, out, path=original, page_size=page_size,
+                                     without_credentials=True, target_chunk_bytes=spec.get("target_chunk_bytes"),
+                                     verify=True, confine=([str(source)], [scratch]))
+                summary = call.result()
             except CopyDiffers:
                 raise  # (our copier's fault, never the input's: the state machine records it)
             except UserError as error:  # repack refuses the file (data outside it, damage...): named by the upload
@@ -121,7 +124,8 @@ class PagedKind(VariantKind):
         # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
         # The notes stay text: a line or two.
         return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k not in ("notes", "decode_check") else v)
-                           for k, v in result.items() if k not in ("input", "output")}, **paging}
+                           for k, v in result.items() if k not in ("input", "output")}, **paging,
+                **({"isolation": call.isolation.to_dict()} if call.isolation is not None else {})}
 
     def make_steps(self, variant, item, variants, steps_of):
         spec = item.get("spec") or {}

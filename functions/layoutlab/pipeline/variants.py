@@ -43,7 +43,11 @@ def convert_variant(task: ConvertTask, *, s3, store, memory_mb: int | None = Non
     spec, kind = task.variant, kinds.get(task.kind)
     started = time.perf_counter()
     if task.phase == "unit":
-        done = kind.run_work_unit(spec, task.work_unit)
+        if kind.reads_in_worker:
+            done, isolation = in_worker(kind.run_work_unit, spec, task.work_unit, name=task.upload_url)
+            done = {**done, "isolation": isolation}
+        else:
+            done = kind.run_work_unit(spec, task.work_unit)
         store.record_unit_work(task.dataset_id, task.name, task.work_unit, done["seconds"], done["bytes"],
                                skipped=bool(done.get("skipped")))
         return done
@@ -79,8 +83,49 @@ def _convert_whole(task: ConvertTask, s3, memory_mb: int | None, ceilings: Ceili
     if task.over_uri:
         over = S3Location.parse(task.over_uri)
         source = {"bucket": over.bucket, "key": over.key}
-    return kinds.get(task.kind).convert(task.variant, source, s3,
-                                        kinds.ConvertContext(memory_mb=memory_mb, ceilings=ceilings))
+    kind = kinds.get(task.kind)
+    context = kinds.ConvertContext(memory_mb=memory_mb, ceilings=ceilings)
+    if not kind.reads_in_worker:
+        return kind.convert(task.variant, source, s3, context)
+    detail, isolation = in_worker(_convert_with_own_client, kind.convert, task.variant, source, _client_spec(s3),
+                                  context, name=task.upload_url)
+    return {**detail, "isolation": isolation}
+
+
+def in_worker(fn, *args, name: str, **kwargs) -> tuple:
+    """(``fn(*args, **kwargs)``, what isolation held) run in a forked worker that restricts itself, before it
+    reads anything of the upload, to a scratch folder of its own and the runtime (layoutlab/sandbox.py:
+    Landlock where the kernel has it): whatever the file points at (external storage, a virtual dataset's
+    sources, an external link), the kernel refuses the worker every other file, ``/proc`` included. The
+    worker downloads and writes in its scratch folder and talks to S3 over TCP, which is not restricted.
+
+    No stall watch (as before, in the task's process): a rechunk may compress for long between writes, and
+    its network I/O is not counted in ``/proc/<pid>/io``. A ``BadInputFile`` of the worker is raised here.
+    """
+    import tempfile
+
+    from layoutlab.guard import start_guarded
+
+    with tempfile.TemporaryDirectory(prefix="layoutlab-worker-") as scratch:
+        call = start_guarded(fn, *args, path=name, stall_seconds=float("inf"), confine=([], [scratch]), **kwargs)
+        value = call.result()
+    return value, call.isolation.to_dict() if call.isolation is not None else None
+
+
+def _client_spec(s3) -> dict:
+    """What makes a new S3 client like ``s3`` in a worker: a fork must not share the parent's pooled
+    connections (a request of the child's left half-read would answer the parent's next one)."""
+    credentials = s3._request_signer._credentials
+    frozen = credentials.get_frozen_credentials() if credentials is not None else None
+    return {"endpoint_url": s3.meta.endpoint_url, "region_name": s3.meta.region_name, "config": s3.meta.config,
+            **({"aws_access_key_id": frozen.access_key, "aws_secret_access_key": frozen.secret_key,
+                "aws_session_token": frozen.token} if frozen is not None else {})}
+
+
+def _convert_with_own_client(convert, spec: dict, source: dict, client_spec: dict, context) -> dict:
+    import boto3
+
+    return convert(spec, source, boto3.session.Session().client("s3", **client_spec), context)
 
 
 def _named_by_upload(error: BadInputFile, task: ConvertTask) -> str:
