@@ -162,7 +162,8 @@ def _runtime_paths() -> tuple[set[str], set[str], set[str]]:
     except OSError:
         pass
     directories.update(_SYSTEM)
-    files = {*_ETC, *_DEVICES_READ}
+    # this process's own status file (its peak memory, VmHWM): a rule on that one file, which holds no secret
+    files = {*_ETC, *_DEVICES_READ, "/proc/self/status"}
     for name in _PATH_VARIABLES:
         for entry in os.environ.get(name, "").split(os.pathsep):
             if os.path.isabs(entry):

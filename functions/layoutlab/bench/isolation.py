@@ -61,6 +61,7 @@ class IsolatedResult:
     peak_rss_source: str = "VmHWM"
     timed_out: bool = False
     env_keys: list[str] = field(default_factory=list)
+    sandbox: dict | None = None  # what confined the child (layoutlab/sandbox.py's Isolation), as it reported
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -204,7 +205,8 @@ def _child_result(target: str, status: int, usage, process_wall: float, timed_ou
         peak_rss, peak_source = peak, "VmHWM"
     else:
         peak_rss, peak_source = usage.ru_maxrss / 1024.0, "wait4 ru_maxrss (includes the parent image)"
-    common = dict(returncode=os.waitstatus_to_exitcode(status), process_wall_s=process_wall,
+    common = dict(sandbox=(outcome or {}).get("sandbox"),
+                  returncode=os.waitstatus_to_exitcode(status), process_wall_s=process_wall,
                   user_cpu_s=usage.ru_utime, system_cpu_s=usage.ru_stime, peak_rss_mb=peak_rss,
                   peak_rss_source=peak_source, cpu=cpu, memory_mb=memory_mb,
                   output_tail=printed[-4000:].decode("utf-8", "replace"), timed_out=timed_out,
@@ -265,6 +267,8 @@ def run_in_this_process(request: dict, call, *, json_default=None,
             outcome = {"ok": False, "error_type": type(error).__name__, "error": f"{type(error).__name__}: {error}",
                        "traceback": traceback.format_exc()}
     outcome["peak_rss_mb"] = peak_rss_mb()
+    if _confined is not None:
+        outcome["sandbox"] = _confined.to_dict()
     try:
         text = json.dumps(outcome, default=json_default)
     except (TypeError, ValueError) as error:
@@ -284,10 +288,26 @@ def _call_target(request: dict):
     return getattr(importlib.import_module(module_name), function_name)(request["payload"])
 
 
+_confined = None  # this task process's sandbox.Isolation, once it restricted itself (_confined_target)
+
+
+def _confined_target(request: dict):
+    """``_call_target`` after this process restricted itself to its task folder (request, result, output) and
+    the runtime (layoutlab/sandbox.py): a benchmark case reads an uploaded file over S3 (TCP, not
+    restricted), and whatever the file points at (external storage, a virtual dataset's sources, an external
+    link: a path of this machine), the kernel refuses it every other file."""
+    global _confined
+    from layoutlab import sandbox
+
+    _confined = sandbox.enter(write=[os.path.dirname(request["result_path"])])
+    sandbox.make_non_dumpable()  # (a new interpreter's environment holds the task's credentials)
+    return _call_target(request)
+
+
 def _child(request_path: str) -> int:
     with open(request_path) as fh:
         request = json.load(fh)
-    return run_in_this_process(request, _call_target)
+    return run_in_this_process(request, _confined_target)
 
 
 if __name__ == "__main__":

@@ -85,9 +85,15 @@ class Handle(abc.ABC):
 
 class H5pyHandle(Handle):
     def array(self, path):
+        from layoutlab.hdf5_input import data_outside_file
+
         obj = self.root[path.lstrip("/")]
         if not hasattr(obj, "shape"):
             raise KeyError(f"{path} is a group, not a dataset")
+        # a pattern reads what the plan names (pattern_params.variable): never values from outside the file
+        outside = data_outside_file(obj)
+        if outside:
+            raise UserError(f"{path}: {outside}")
         return obj
 
     def attrs(self):

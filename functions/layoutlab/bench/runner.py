@@ -260,7 +260,9 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900, memor
     isolation = {"fresh_process": True, "child": "interpreter" if fresh else "fork", "cpu": outcome.cpu,
                  "memory_limit_mb": profile.memory_mb,
                  "memory_limit": outcome.memory_limit, "process_wall_s": outcome.process_wall_s,
-                 "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s}
+                 "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s,
+                 # whether the kernel confined the case's process to its own folder (layoutlab/sandbox.py)
+                 "sandbox": outcome.sandbox}
     if memory_error_ends_task and not outcome.ok and outcome.error_type == "MemoryError":
         raise MemoryError(outcome.error)
     if outcome.ok:

@@ -15,6 +15,7 @@ from aws_lambda_powertools import Logger, Metrics
 from layoutlab import observability as obs
 from layoutlab import settings as settings_module
 from layoutlab.process_environment import hide_initial_environment
+from layoutlab.sandbox import make_non_dumpable
 from layoutlab.settings import Settings
 
 # A bad value in any LAYOUTLAB_* variable fails the cold start with one line naming it.
@@ -23,6 +24,8 @@ settings_module.check()
 # Before any user's file is opened: /proc/self/environ (where Lambda's role credentials would show)
 # reads as empty from here on; the process keeps its environment.
 hide_initial_environment()
+# ...and neither it nor its memory is readable by another process of the same user (a worker's among them)
+make_non_dumpable()
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", obs.SERVICE))
 metrics = Metrics(namespace=obs.NAMESPACE, service=os.environ.get("POWERTOOLS_SERVICE_NAME", obs.SERVICE))

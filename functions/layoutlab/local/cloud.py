@@ -263,6 +263,11 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 # -- the service process ---------------------------------------------------
 def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False,
           objects_on_disk_over: int | None = None, stop_with: int | None = None) -> None:
+    # This process holds the credentials of whoever ran `layoutlab local up`: non-dumpable, its
+    # /proc/<pid>/environ and memory are closed to the tasks it runs (same user, no CAP_SYS_PTRACE)
+    from layoutlab.sandbox import make_non_dumpable
+
+    make_non_dumpable()
     servers, measured = core_split()
     os.sched_setaffinity(0, servers)
 

@@ -244,8 +244,22 @@ def main(argv: list[str]) -> int:
         print(f"usage: {os.path.basename(__file__)} serve {{{'|'.join(KINDS)}}} | once KIND REQUEST.json",
               file=sys.stderr)
         return 2
+    _non_dumpable()
     set_sys_path(argv[1])
     return serve(argv[1]) if argv[0] == "serve" else once(argv[1], argv[2])
+
+
+def _non_dumpable() -> None:
+    """``prctl(PR_SET_DUMPABLE, 0)``: this task host holds the tasks' credentials in its environment; its
+    ``/proc/<pid>/environ`` and memory are then closed to other processes of the same user (a task's
+    worker among them) that lack CAP_SYS_PTRACE. The tasks it forks inherit the flag. (Inlined, not
+    layoutlab.sandbox's: this file runs before the package is on sys.path, as Lambda's bootstrap does.)"""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4 (linux/prctl.h)
+    except (OSError, AttributeError):  # not Linux
+        pass
 
 
 if __name__ == "__main__":
