@@ -108,13 +108,16 @@ class GuardedCall:
                     value = self._deferred()
                 else:
                     pid, self._pid = self._pid, None
-                    value, self.isolation = _watch(pid, self._read_end, self._path, self._stall, self._cleanup)
+                    value = _watch(pid, self._read_end, self._path, self._stall, self._cleanup, self._keep_isolation)
                 self._answer = ("ok", value)
             except BaseException as error:
                 self._answer = ("raised", error)
         if self._answer[0] == "raised":
             raise self._answer[1]
         return self._answer[1]
+
+    def _keep_isolation(self, isolation) -> None:
+        self.isolation = isolation
 
     def cancel(self) -> None:
         """Stop the child if it still runs (its answer is not wanted any more)."""
@@ -180,15 +183,15 @@ def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, clea
                     make_dumpable()
                 answer = ("ok", fn(*args, **kwargs), isolation)
             except UserError as error:
-                answer = ("user_error", error)
+                answer = ("user_error", error, isolation)
             except BaseException as error:  # sent to the parent, which re-raises it
-                answer = ("error", f"{type(error).__name__}: {error}", traceback.format_exc())
+                answer = ("error", f"{type(error).__name__}: {error}", traceback.format_exc(), isolation)
             try:
                 payload = pickle.dumps(answer)
             except Exception as error:  # an unpicklable answer: keep its text
                 text = str(answer[1]) if answer[0] == "user_error" else f"unpicklable result: {error}"
-                payload = pickle.dumps(("user_error", UserError(text)) if answer[0] == "user_error"
-                                       else ("error", text, ""))
+                payload = pickle.dumps(("user_error", UserError(text), isolation) if answer[0] == "user_error"
+                                       else ("error", text, "", isolation))
             with os.fdopen(write_end, "wb") as out:
                 out.write(payload)
         finally:
@@ -212,7 +215,7 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
+def _watch(pid: int, read_end: int, path: str, stall: float, cleanup, keep_isolation=None):
     data = bytearray()
     last = _io_and_cpu(pid)
     quiet_since, cpu_at_quiet = time.monotonic(), last[1] if last else 0.0
@@ -257,8 +260,10 @@ def _watch(pid: int, read_end: int, path: str, stall: float, cleanup):
         raise GuardedCallFailed(f"{path}: the worker process ended without an answer (exit status "
                                 f"{os.WEXITSTATUS(status)})")
     answer = pickle.loads(bytes(data))
+    if keep_isolation is not None:
+        keep_isolation(answer[-1])  # (what confined the child, whatever its answer)
     if answer[0] == "ok":
-        return answer[1], answer[2]
+        return answer[1]
     if answer[0] == "user_error":
         raise answer[1]
     if answer[1].startswith("MemoryError"):  # over the memory limit: the caller (and Step Functions' Retry) must see it

@@ -62,7 +62,10 @@ def hostile(tmp_path_factory):
 
 
 @pytest.mark.parametrize("attack", ["external-environ", "external-environ-relative", "external-local-file",
-                                    "virtual-local-file", "external-link-local-file"])
+                                    "virtual-local-file", "external-link-local-file",
+                                    # issue 36: a virtual dataset over "." (the file itself) that reads outside
+                                    "virtual-self-external-environ", "virtual-self-external-file",
+                                    "virtual-self-external-link", "virtual-self-nested"])
 def test_rechunk_never_copies_what_lies_outside_the_file(hostile, attack, tmp_path):
     out = tmp_path / "out.zarr"
     code, stdout, stderr, _ = run_layoutlab("rechunk", hostile[attack], out, "--no-progress",
@@ -84,7 +87,8 @@ def test_rechunk_never_copies_what_lies_outside_the_file(hostile, attack, tmp_pa
 
 
 @pytest.mark.parametrize("attack", ["external-environ", "external-local-file", "virtual-local-file",
-                                    "external-link-local-file"])
+                                    "external-link-local-file", "virtual-self-external-environ",
+                                    "virtual-self-external-file", "virtual-self-external-link"])
 def test_inspect_and_repack_never_read_what_lies_outside_the_file(hostile, attack, tmp_path):
     env = {ENV_CANARY_NAME: ENV_CANARY}
     code, stdout, stderr, _ = run_layoutlab("inspect", hostile[attack], "--json", env=env)
@@ -154,6 +158,14 @@ def _hostile_grid(path: Path, secrets: dict[str, Path]) -> Path:
         layout[:] = h5py.VirtualSource(os.fspath(secrets["hdf5"]), "secret", shape=(n,))
         f.create_virtual_dataset("vds", layout, fillvalue=0)
         f["elink"] = h5py.ExternalLink(os.fspath(secrets["hdf5"]), "/secret")
+        # issue 36: virtual datasets over "." (the file itself): over the external-storage dataset above and
+        # over the external link (HDF5 resolves a virtual dataset's source with its own link access)
+        self_environ = h5py.VirtualLayout(shape=(ENVIRON_BYTES,), dtype="u1")
+        self_environ[:] = h5py.VirtualSource(".", "/environ", shape=(ENVIRON_BYTES,))
+        f.create_virtual_dataset("vds_self_environ", self_environ, fillvalue=0)
+        self_link = h5py.VirtualLayout(shape=(n,), dtype="u1")
+        self_link[:] = h5py.VirtualSource(".", "/elink", shape=(n,))
+        f.create_virtual_dataset("vds_self_elink", self_link, fillvalue=0)
     return path
 
 
@@ -247,9 +259,16 @@ def test_no_variant_in_the_outputs_bucket_holds_the_tasks_environment_or_a_local
         assert paged["reason"].startswith(f"s3://{dispatch.INGEST_BUCKET}/incoming/hostile-grid.nc: "), paged["reason"]
         assert "outside the file" in paged["reason"] and "layoutlab-convert" not in paged["reason"]
         assert all(v["status"] == "READY" for v in variants.values()), variants
+        # the readers of values ran confined where the kernel has Landlock, and each record says so
+        from layoutlab.sandbox import landlock_abi
+
+        for name in ("zarr-2x5x6", "icechunk-2x5x6", "kerchunk-original", "icechunk-virtual"):
+            isolation = variants[name]["isolation"]
+            assert isolation["outside_file_check"] and isolation["landlock"] == bool(landlock_abi()), (name, isolation)
         for name in ("kerchunk-original", "icechunk-virtual"):
             skipped = {s["variable"]: s["reason"] for s in variants[name]["virtual"]["skipped"]}
-            assert {"environ", "localfile", "vds"} <= set(skipped), skipped
-        assert {s["variable"] for s in variants["zarr-2x5x6"]["rechunk"]["skipped"]} >= {"environ", "localfile", "vds"}
+            assert {"environ", "localfile", "vds", "vds_self_environ", "vds_self_elink"} <= set(skipped), skipped
+        assert {s["variable"] for s in variants["zarr-2x5x6"]["rechunk"]["skipped"]} >= {
+            "environ", "localfile", "vds", "vds_self_environ", "vds_self_elink"}
     finally:
         local_cloud.reset()

@@ -127,6 +127,10 @@ def task_environment(moto_endpoint: str, proxy_control: str | None) -> dict[str,
     }
     if proxy_control:
         env["LAYOUTLAB_PROXY_CONTROL"] = proxy_control
+    # the isolation switches of the cloud's own environment (a test turns one wall off to see the other hold)
+    for name in ("LAYOUTLAB_SANDBOX", "LAYOUTLAB_OUTSIDE_FILE_CHECK"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 
