@@ -284,6 +284,17 @@ def cloud_without_pre_pass(tmp_path):
         cloud.stop()
 
 
+def _pipeline_helpers():
+    """The outputs scan of test_hostile_outside_file.py (one scan for both suites)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hostile_outside_file", Path(__file__).with_name(
+        "test_hostile_outside_file.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._decoded_leaks, module._download_outputs
+
+
 @landlock
 def test_pipeline_with_landlock_publishes_nothing_outside_even_without_the_pre_pass(cloud_without_pre_pass, tmp_path):
     """Issue 36's attack as it was run: a virtual dataset over "." whose source is stored in
@@ -296,7 +307,7 @@ def test_pipeline_with_landlock_publishes_nothing_outside_even_without_the_pre_p
     from layoutlab.local import dispatch
     from layoutlab.local.pipeline import LocalPipeline
     from layoutlab.samples import geos
-    from test_hostile_outside_file import _decoded_leaks, _download_outputs
+    _decoded_leaks, _download_outputs = _pipeline_helpers()
 
     secrets = plant_local_secrets(tmp_path / "secrets")
     grid = tmp_path / "hostile-vds-grid.nc"
@@ -328,11 +339,14 @@ def test_pipeline_with_landlock_publishes_nothing_outside_even_without_the_pre_p
     variants = {v["variant"]: v for v in pipeline.store.items(dataset=dataset, kind="VARIANT")}
     failures = [f["reason"] for f in pipeline.store.items(dataset=dataset, kind="FAILURE")]
     assert not any(leaks(reason.encode()) or CLOUD_CANARY in reason for reason in failures)
+    # each variant is READY (what was readable inside the file) or a FAILURE naming the upload and the reason
     for name in ("zarr-2x5x6", "icechunk-2x5x6", "kerchunk-original"):
         assert name in variants, (sorted(variants), failures)
         if variants[name]["status"] == "READY":
             isolation = variants[name]["isolation"]
             assert isolation["landlock"] and not isolation["outside_file_check"], (name, isolation)
+        else:
+            assert "outside the upload" in variants[name]["reason"], variants[name]["reason"]
 
 
 @pytest.mark.parametrize("non_dumpable", [True, False], ids=["non-dumpable", "dumpable"])
@@ -360,3 +374,28 @@ def test_non_dumpable_closes_a_credential_holders_environment_to_a_worker(non_du
         holder.kill()
         holder.wait()
     assert seen["found"] == ([] if non_dumpable else [holder.pid]), seen
+
+
+# -- a plan's pattern_params.variable naming a dataset stored outside the file --------------------------------
+@pytest.mark.parametrize("attack", ["external-local-file", "virtual-self-external-file"])
+@pytest.mark.parametrize("pre_pass", ["1", "0"], ids=["pre-pass", "landlock-alone"])
+def test_a_benchmark_case_never_reads_a_plans_variable_stored_outside_the_file(cloud, hostile, attack, pre_pass,
+                                                                              monkeypatch):
+    """Issue 36 row 5: ``pattern_params.variable`` named a dataset with external storage and the case read
+    the local file, status ok. Now the case is an error naming the variable and the reason (pre-pass), or,
+    with the pre-pass off, the confined case process cannot open the file (Landlock)."""
+    from layoutlab.bench.runner import run_case_isolated, upload_target
+    from layoutlab.sandbox import landlock_abi
+
+    if pre_pass == "0" and not landlock_abi():
+        pytest.skip("this kernel offers no Landlock")
+    monkeypatch.setenv("LAYOUTLAB_OUTSIDE_FILE_CHECK", pre_pass)
+    target = upload_target(hostile[attack], cloud)
+    record = run_case_isolated({"target": target, "pattern": "full-read-throughput", "reader": "h5py-s3fs-default",
+                                "params": {"variable": "notes"}, "latency_ms": 0, "bandwidth_mbps": 0}, cloud)
+    assert record["status"] == "error", record
+    assert not leaks(json.dumps(record, default=str).encode())
+    sandbox = record["isolation"]["sandbox"]
+    assert sandbox["landlock"] == bool(landlock_abi()) and sandbox["outside_file_check"] == (pre_pass == "1")
+    if pre_pass == "1":
+        assert "notes" in record["error"] and "not read" in record["error"] and "\n" not in record["error"], record

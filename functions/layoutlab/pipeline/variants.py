@@ -88,7 +88,7 @@ def _convert_whole(task: ConvertTask, s3, memory_mb: int | None, ceilings: Ceili
     if not kind.reads_in_worker:
         return kind.convert(task.variant, source, s3, context)
     detail, isolation = in_worker(_convert_with_own_client, kind.convert, task.variant, source, _client_spec(s3),
-                                  context, name=task.upload_url)
+                                  context, task.upload_url, name=task.upload_url)
     return {**detail, "isolation": isolation}
 
 
@@ -122,10 +122,23 @@ def _client_spec(s3) -> dict:
                 "aws_session_token": frozen.token} if frozen is not None else {})}
 
 
-def _convert_with_own_client(convert, spec: dict, source: dict, client_spec: dict, context) -> dict:
+# What HDF5 says when it cannot open the file a dataset's values are in (external raw storage, a virtual
+# dataset's source): in a confined worker, the kernel's refusal of a path outside the upload.
+_OUTSIDE_OPEN_FAILED = ("unable to open external raw data file", "unable to open source file",
+                        "unable to open external file", "unable to open virtual")
+
+
+def _convert_with_own_client(convert, spec: dict, source: dict, client_spec: dict, context, upload: str) -> dict:
     import boto3
 
-    return convert(spec, source, boto3.session.Session().client("s3", **client_spec), context)
+    try:
+        return convert(spec, source, boto3.session.Session().client("s3", **client_spec), context)
+    except OSError as error:
+        said = str(error)
+        if not any(text in said for text in _OUTSIDE_OPEN_FAILED):
+            raise
+        raise BadInputFile(upload, "a dataset's values lie in a file outside the upload, which this worker may "
+                                   f"not open (HDF5: {said.splitlines()[0][:200]})") from None
 
 
 def _named_by_upload(error: BadInputFile, task: ConvertTask) -> str:
