@@ -109,3 +109,25 @@ def leaks_under(root: Path) -> dict[str, list[str]]:
             if hits:
                 found[str(path.relative_to(root))] = hits
     return found
+
+
+# --- files that are damaged on purpose (issue 36): each must be refused with its reason, never held in
+# memory, never dropped silently.
+
+MiB = 1 << 20
+
+
+def deflate_bomb(path: Path, inflated: int = 512 * MiB) -> Path:
+    """A valid file whose one deflate chunk, 120 bytes declared (30 float32), inflates to ``inflated`` bytes
+    of zeros (~1/1000 of that stored); every other chunk and a second variable are sound."""
+    import zlib
+
+    with h5py.File(path, "w") as f:
+        bomb = f.create_dataset("bomb", shape=(300,), dtype="f4", chunks=(30,), compression="gzip")
+        bomb[:] = np.arange(300, dtype="f4")
+        _with_plain_data(f)
+        packer = zlib.compressobj(9)
+        block = b"\0" * (16 * MiB)
+        stream = b"".join(packer.compress(block) for _ in range(inflated // len(block))) + packer.flush()
+        bomb.id.write_direct_chunk((30,), stream)
+    return path

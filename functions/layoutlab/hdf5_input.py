@@ -116,12 +116,16 @@ def require_regular_file(path, name: str | None = None) -> None:
 def open_input(source, name: str | None = None, **kwargs):
     """``h5py.File(source, "r", **kwargs)`` for a user's file (a path or a file object).
 
-    A path must be a regular file; external links are refused by HDF5 (``deny_external_links``).
+    A path must be a regular file; external links are refused by HDF5 (``deny_external_links``); a deflate
+    chunk is inflated no further than its declared size (``layoutlab.bounded_decoding``).
     Open errors are h5py's own (OSError and co.): callers word them for their command.
     """
     import h5py
 
+    from layoutlab import bounded_decoding
+
     deny_external_links()
+    bounded_decoding.install()
     if isinstance(source, (str, os.PathLike)):
         require_regular_file(source, name)
     return h5py.File(source, "r", **kwargs)

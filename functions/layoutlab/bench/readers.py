@@ -83,12 +83,32 @@ class Handle(abc.ABC):
         self.closers.clear()
 
 
+class _BoundedDataset:
+    """An h5py Dataset whose reads refuse a deflate chunk that inflates past its declared size
+    (layoutlab.bounded_decoding) instead of holding it: the benchmark reads uploads and their copies."""
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+
+    def __getitem__(self, index):
+        from layoutlab.bounded_decoding import within
+
+        with within(self._dataset):
+            return self._dataset[index]
+
+    def __getattr__(self, name):
+        return getattr(self._dataset, name)
+
+    def __len__(self):
+        return len(self._dataset)
+
+
 class H5pyHandle(Handle):
     def array(self, path):
         obj = self.root[path.lstrip("/")]
         if not hasattr(obj, "shape"):
             raise KeyError(f"{path} is a group, not a dataset")
-        return obj
+        return _BoundedDataset(obj)
 
     def attrs(self):
         return {k: v for k, v in self.root.attrs.items()}

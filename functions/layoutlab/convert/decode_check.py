@@ -15,7 +15,8 @@ Two ways to decode, one judge:
   chunk passes when its zlib stream ends (its Adler-32 checked by the inflater) with exactly the
   chunk's decoded size; unshuffling cannot fail, so HDF5 would decode it too;
 - every other pipeline, and any chunk the first way does not pass, is decoded by HDF5 itself, which
-  alone decides that a chunk is damaged and gives the reason.
+  alone decides that a chunk is damaged and gives the reason; its deflate is bounded by the chunk's
+  declared size there (layoutlab.bounded_decoding): a chunk that inflates past it is refused.
 Datasets whose filter plugin is not installed here are not decoded (the copy keeps their bytes as
 stored: identical stored bytes are then all there is to check, as before).
 """
@@ -28,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from layoutlab.bounded_decoding import within as bounded
 from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.guard import GuardedCall, start_guarded
 
@@ -102,8 +104,9 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
             for index in future.result():
                 dataset, offset = batch[index][0], batch[index][1]
                 report.by_hdf5 += 1
-                decode_blocks(dataset, BLOCK_BYTES, within=tuple(
-                    slice(o, min(o + c, n)) for o, c, n in zip(offset, dataset.chunks, dataset.shape)))
+                with bounded(dataset):  # (HDF5's deflate would inflate a bomb whole: 8.5 GB for 1 GiB chunks)
+                    decode_blocks(dataset, BLOCK_BYTES, within=tuple(
+                        slice(o, min(o + c, n)) for o, c, n in zip(offset, dataset.chunks, dataset.shape)))
 
     try:
         with open_input(in_path) as f, ThreadPoolExecutor(workers) as pool:
@@ -118,7 +121,8 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
                 filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
                 if not _inflatable(filters):  # (decoded here while the pool inflates what was handed to it)
                     report.by_hdf5 += dataset.id.get_num_chunks()
-                    decode_blocks(dataset, BLOCK_BYTES)
+                    with bounded(dataset):
+                        decode_blocks(dataset, BLOCK_BYTES)
                     continue
                 decoded_size = math.prod(dataset.chunks) * dataset.id.get_type().get_size()
                 deflate_bit = 1 << filters.index(DEFLATE)

@@ -76,6 +76,7 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
     import icechunk
     import zarr
 
+    from layoutlab.bounded_decoding import within
     from layoutlab.hdf5_input import data_outside_file, open_input
 
     with open_input(local_path) as f:
@@ -102,14 +103,15 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
                                       shards=shard_shape, fill_value=fill, attributes=_attrs(obj),
                                       dimension_names=dims)
-            if not obj.shape:
-                array[...] = obj[()]
-            else:
-                step = (shard_shape or chunk_shape or obj.shape)[0]
-                row_bytes = max(1, int(np.prod(obj.shape[1:], dtype="i8")) * obj.dtype.itemsize)
-                block = max(step, (max_mem // 2 // row_bytes) // step * step)
-                for start in range(0, obj.shape[0], block):
-                    array[start:start + block] = obj[start:start + block]
+            with within(obj):  # (a chunk that inflates past its declared size is refused, not held)
+                if not obj.shape:
+                    array[...] = obj[()]
+                else:
+                    step = (shard_shape or chunk_shape or obj.shape)[0]
+                    row_bytes = max(1, int(np.prod(obj.shape[1:], dtype="i8")) * obj.dtype.itemsize)
+                    block = max(step, (max_mem // 2 // row_bytes) // step * step)
+                    for start in range(0, obj.shape[0], block):
+                        array[start:start + block] = obj[start:start + block]
             written["arrays"] += 1
             written["bytes"] += obj.size * obj.dtype.itemsize
 

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from layoutlab import settings
+from layoutlab.bounded_decoding import within
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
@@ -557,7 +558,8 @@ def _describe_hdf5(f) -> dict:
         reason = data_outside_file(ds) or reason  # never read, whatever its type
         if reason is None and math.prod(ds.shape) > 0:
             try:  # one element: a filter without its plugin, missing external raw data, no conversion path
-                ds[(0,) * ds.ndim] if ds.ndim else ds[()]
+                with within(ds):
+                    ds[(0,) * ds.ndim] if ds.ndim else ds[()]
             except _HDF5_READ_ERRORS as error:
                 reason = f"its data cannot be read ({error.__class__.__name__}: {error})"
         if reason is not None:
@@ -1220,8 +1222,9 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
             if handle is None:
                 handle = cache["hdf5"] = _open_hdf5(plan["source"])
             try:
-                data = _read_hdf5_region(handle[var.get("source_path") or unit["variable"]], unit["start"], unit["stop"],
-                                         var)
+                dataset = handle[var.get("source_path") or unit["variable"]]
+                with within(dataset):  # (a chunk that inflates past its declared size is refused, not held)
+                    data = _read_hdf5_region(dataset, unit["start"], unit["stop"], var)
             except DAMAGED_HDF5_ERRORS as error:
                 if not raised_by_h5py(error):
                     raise
