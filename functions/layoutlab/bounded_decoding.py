@@ -160,7 +160,7 @@ def install() -> str | None:
         register.restype, register.argtypes = ctypes.c_int, [ctypes.c_void_p]
         callback = _FILTER_FUNC(_filter)
         ours = _FilterClass(hdf5_class.version, DEFLATE, hdf5_class.encoder_present, hdf5_class.decoder_present,
-                            b"deflate (bounded by the declared chunk size)", hdf5_class.can_apply,
+                            hdf5_class.name, hdf5_class.can_apply,  # (the name is written into files)
                             hdf5_class.set_local, callback)
         _installed.update(library=library, hdf5_deflate=hdf5_class.filter, callback=callback, ours=ours)
         from h5py._objects import phil
