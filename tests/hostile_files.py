@@ -131,3 +131,22 @@ def deflate_bomb(path: Path, inflated: int = 512 * MiB) -> Path:
         stream = b"".join(packer.compress(block) for _ in range(inflated // len(block))) + packer.flush()
         bomb.id.write_direct_chunk((30,), stream)
     return path
+
+
+ABSENT_FILTER_ID = 32099  # registered by no one: a plugin the reader does not have
+
+
+def absent_filter(path: Path) -> Path:
+    """A valid file whose variable ``packed`` went through filter 32099, a plugin no reader here has (written
+    with a pass-through stand-in registered for the duration), beside a plain variable."""
+    from repack_helpers import stand_in_filter
+
+    with stand_in_filter(ABSENT_FILTER_ID, b"absent-plugin"), h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((10,))
+        dcpl.set_filter(ABSENT_FILTER_ID, h5py.h5z.FLAG_MANDATORY, ())
+        space = h5py.h5s.create_simple((40,))
+        packed = h5py.Dataset(h5py.h5d.create(f.id, b"packed", h5py.h5t.NATIVE_FLOAT, space, dcpl=dcpl))
+        packed[:] = np.arange(40, dtype="f4")
+        _with_plain_data(f)
+    return path

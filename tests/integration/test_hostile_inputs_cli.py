@@ -192,3 +192,33 @@ def test_an_attribute_larger_than_zarr_metadata_should_hold_is_left_out_with_the
     import zarr
 
     assert zarr.open_group(zarr.storage.LocalStore(out, read_only=True), mode="r")["x"].attrs["units"] == "K"
+
+
+# --- issue 36: a filter whose plugin is absent. Before: rechunk exited 0 without the variable (a store
+# that looks complete) and repack said "verified ... (0 chunks)" of chunks it had not decoded.
+
+def test_rechunk_fails_naming_a_variable_whose_filter_plugin_is_absent(tmp_path):
+    from hostile_files import ABSENT_FILTER_ID, absent_filter
+
+    source = absent_filter(tmp_path / "absent.h5")
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress", timeout=120)
+    assert code == 2, (stdout[-1000:], stderr[-2000:])
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(source) in lines[0], stderr
+    assert "variable packed" in lines[0] and str(ABSENT_FILTER_ID) in lines[0] and "absent" in lines[0], stderr
+    assert not out.exists()
+
+
+def test_repack_says_which_chunks_it_could_not_decode_instead_of_verifying_them(tmp_path):
+    from hostile_files import ABSENT_FILTER_ID, absent_filter
+
+    source = absent_filter(tmp_path / "absent.h5")
+    code, stdout, stderr, _ = run_layoutlab("repack", source, tmp_path / "out.h5", timeout=120)
+    assert code == 0, stderr[-2000:]
+    assert "every stored chunk of the input decoded" not in stdout, stdout
+    not_decoded = [line for line in stdout.splitlines() if "NOT decoded" in line]
+    assert len(not_decoded) == 1 and "/packed (4 chunks)" in not_decoded[0], stdout
+    assert str(ABSENT_FILTER_ID) in not_decoded[0], stdout
+    with h5py.File(tmp_path / "out.h5") as f:  # (the copy keeps its chunks as stored)
+        assert f["packed"].id.get_num_chunks() == 4

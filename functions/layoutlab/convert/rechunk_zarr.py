@@ -355,7 +355,7 @@ def describe_source(src: str, kind: str) -> dict:
     except (OSError, ValueError) as error:
         raise BadInputFile(src, f"cannot be opened as HDF5 ({error.__class__.__name__}: {error})") from None
     try:
-        return _describe_hdf5(handle)
+        return _describe_hdf5(handle, src)
     except DAMAGED_HDF5_ERRORS as error:
         if not raised_by_h5py(error):
             raise
@@ -474,7 +474,7 @@ S3_MAX_KEY_BYTES = 1024
 MAX_OBJECT_PATH_BYTES = 768
 
 
-def _describe_hdf5(f) -> dict:
+def _describe_hdf5(f, src: str) -> dict:
     import h5py
     from h5netcdf.core import NOT_A_VARIABLE
 
@@ -557,11 +557,21 @@ def _describe_hdf5(f) -> dict:
             kind, reason = "other", f"its data type cannot be read by h5py ({damaged_reason(error)})"
         reason = data_outside_file(ds) or reason  # never read, whatever its type
         if reason is None and math.prod(ds.shape) > 0:
-            try:  # one element: a filter without its plugin, missing external raw data, no conversion path
+            # A variable Zarr can hold but whose values cannot be decoded here fails the whole copy, naming
+            # it: left out, the store would look complete without it (issue 36: an absent filter plugin
+            # made rechunk exit 0 and the pipeline's variant READY without the variable's data).
+            from layoutlab.convert.repack_hdf5 import missing_filters
+
+            absent = missing_filters(ds)
+            if absent:
+                raise BadInputFile(src, f"variable {path} cannot be converted: its filter plugin is absent here "
+                                        f"({', '.join(absent)}), so its values cannot be decoded")
+            try:  # one element: a damaged first chunk, no conversion path
                 with within(ds):
                     ds[(0,) * ds.ndim] if ds.ndim else ds[()]
             except _HDF5_READ_ERRORS as error:
-                reason = f"its data cannot be read ({error.__class__.__name__}: {error})"
+                raise BadInputFile(src, f"variable {path} cannot be converted: its values cannot be read "
+                                        f"({damaged_reason(error)})") from None
         if reason is not None:
             skipped.append({"variable": path, "reason": reason})
             continue
