@@ -150,3 +150,15 @@ def absent_filter(path: Path) -> Path:
         packed[:] = np.arange(40, dtype="f4")
         _with_plain_data(f)
     return path
+
+
+def hard_link_cycle(path: Path) -> Path:
+    """A valid file whose group ``a/b`` holds a hard link ``loop`` back to its ancestor ``a`` (and one to
+    the root): a walk by path never ends, a walk by object sees each group once."""
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        b = f.create_group("a/b")
+        b["x"] = np.arange(6, dtype="i4")
+        b["loop"] = f["a"]
+        b["root"] = f
+    return path

@@ -164,17 +164,20 @@ def link_outside_file(group, key: str) -> str | None:
     return None
 
 
-def iter_objects(root):
+def iter_objects(root, linked_again: list | None = None):
     """(path, object) of every group and dataset below ``root`` reached by hard links, each object once: a
     group's members (by name), then those of its sub-groups, depth first (h5netcdf's order). What
     ``visititems`` gives, without H5Ovisit, whose cost grows with the square of the nesting depth (26 s for
     groups nested 2,000 deep), and without recursion: the depth is the uploader's.
 
     Soft, external and user-defined links are not followed, as H5Ovisit does not follow them.
+    ``linked_again``, when given, receives ``(path, first path)`` of each further hard link to a group
+    already walked (a link back to an ancestor is a cycle: walked once, and said).
     """
     import h5py
 
     seen = {h5py.h5o.get_info(root.id).addr}
+    first_paths = {h5py.h5o.get_info(root.id).addr: "/"}
     pending = [(root, "")]
     while pending:
         group, prefix = pending.pop()
@@ -191,10 +194,15 @@ def iter_objects(root):
             except (OSError, KeyError, ValueError, RuntimeError):
                 continue
             address = h5py.h5o.get_info(obj.id).addr
+            path = f"{prefix}/{key}" if prefix else key
             if address in seen:
+                if linked_again is not None and isinstance(obj, h5py.Group):
+                    linked_again.append((path, first_paths.get(address, "?")))
                 continue
             seen.add(address)
-            children.append((f"{prefix}/{key}" if prefix else key, obj))
+            if isinstance(obj, h5py.Group):
+                first_paths[address] = path
+            children.append((path, obj))
         for path, obj in reversed(children):
             if isinstance(obj, h5py.Group):
                 pending.append((obj, path))

@@ -222,3 +222,30 @@ def test_repack_says_which_chunks_it_could_not_decode_instead_of_verifying_them(
     assert str(ABSENT_FILTER_ID) in not_decoded[0], stdout
     with h5py.File(tmp_path / "out.h5") as f:  # (the copy keeps its chunks as stored)
         assert f["packed"].id.get_num_chunks() == 4
+
+
+def test_a_hard_link_cycle_is_walked_once_and_reported(tmp_path):
+    """Issue 36: a group linking back to its ancestor. Before: rechunk followed paths (a/b/loop/b/loop/...)
+    until the task's timeout; inspect and repack walk by object already. After: each group once, the
+    cycle named in rechunk's ``skipped`` and in inspect's report; the data is all there."""
+    import json
+
+    from hostile_files import hard_link_cycle
+
+    source = hard_link_cycle(tmp_path / "cycle.h5")
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress", timeout=60)
+    assert code == 0, stderr[-2000:]
+    skipped = {s["group"]: s["reason"] for s in json.loads(stdout)["skipped"] if "group" in s}
+    assert "a cycle" in skipped["a/b/loop"] and "ancestor group a " in skipped["a/b/loop"], skipped
+    assert "a cycle" in skipped["a/b/root"], skipped
+    import zarr
+
+    root = zarr.open_group(str(out), mode="r")
+    assert np.array_equal(root["a/b/x"][:], np.arange(6)) and root["temperature"].shape == (2, 3, 4)
+    code, stdout, stderr, _ = run_layoutlab("inspect", source, "--json", timeout=60)
+    assert code == 0, stderr[-2000:]
+    assert '"link": "/a/b/loop"' in stdout and '"group": "/a"' in stdout, stdout[-3000:]
+    for command in ("repack",):  # (walks by object: finishes, every dataset copied once)
+        code, _, stderr, _ = run_layoutlab(command, source, tmp_path / "out.h5", timeout=60)
+        assert code == 0, stderr[-2000:]

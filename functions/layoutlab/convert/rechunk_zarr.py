@@ -496,8 +496,11 @@ def _describe_hdf5(f, src: str) -> dict:
     phony: dict = {}
 
     # Groups in h5netcdf's order (a group's own objects, then its sub-groups, depth first), without
-    # recursion: the depth of the hierarchy is the uploader's to choose.
+    # recursion: the depth of the hierarchy is the uploader's to choose. Each group is walked once, by
+    # object address: a hard link back to an ancestor (a cycle) made a walk by path run until the task's
+    # timeout (issue 36); a second link to a group is reported, not followed.
     pending = [(f, "")]
+    walked_groups = {h5py.h5o.get_info(f.id).addr: "/"}
     while pending:
         group, prefix = pending.pop()
         groups[prefix] = _read_attrs(group, prefix or "/", skipped)
@@ -519,6 +522,16 @@ def _describe_hdf5(f, src: str) -> dict:
                 skipped.append({"variable": path, "reason": f"cannot be opened ({error.__class__.__name__}: {error})"})
                 continue
             if isinstance(obj, h5py.Group):
+                address = h5py.h5o.get_info(obj.id).addr
+                if address in walked_groups:
+                    first = walked_groups[address]
+                    cycle = first == "/" or path.startswith(first + "/")
+                    skipped.append({"group": path, "reason": (
+                        f"a hard link back to its ancestor group {first} (a cycle): that group is copied once, "
+                        f"as {first}" if cycle else
+                        f"a second hard link to the group {first}: that group is copied once, as {first}")})
+                    continue
+                walked_groups[address] = path
                 subgroups.append((obj, path))
             elif isinstance(obj, h5py.Dataset):
                 datasets.append((path, obj))
