@@ -249,3 +249,34 @@ def test_a_hard_link_cycle_is_walked_once_and_reported(tmp_path):
     for command in ("repack",):  # (walks by object: finishes, every dataset copied once)
         code, _, stderr, _ = run_layoutlab(command, source, tmp_path / "out.h5", timeout=60)
         assert code == 0, stderr[-2000:]
+
+
+@pytest.mark.parametrize("userblock", [512, 128 * 1024])
+def test_a_valid_file_with_a_user_block_is_read_by_every_command(userblock, tmp_path):
+    """Issue 36: HDF5 finds its signature at 0, 512, 1024, 2048, ... Before: rechunk read 8 bytes at 0 and
+    said "no HDF5 signature" for a 512-byte user block; beyond 64 KiB inspect said "unknown" and repack
+    "not an HDF5 file"."""
+    source = tmp_path / "userblock.h5"
+    with h5py.File(source, "w", userblock_size=userblock) as f:
+        f["t"] = np.arange(24, dtype="f4").reshape(2, 3, 4)
+    code, _, stderr, _ = run_layoutlab("rechunk", source, tmp_path / "out.zarr", "--no-progress", timeout=60)
+    assert code == 0, stderr[-2000:]
+    code, stdout, stderr, _ = run_layoutlab("inspect", source, timeout=60)
+    assert code == 0 and "format          hdf5" in stdout, (stdout, stderr[-2000:])
+    code, _, stderr, _ = run_layoutlab("repack", source, tmp_path / "out.h5", timeout=60)
+    assert code == 0, stderr[-2000:]
+
+
+def test_a_grid_without_dimension_scales_gets_the_true_reason_in_one_line(tmp_path):
+    """Issue 36: the pipeline's plan names the axes of a grid without dimension scales dim0, dim1, dim2; the
+    FAILURE said only "--chunks names dimension(s) dim0... not in the file"."""
+    source = tmp_path / "nodims.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("temperature", data=np.zeros((4, 5, 6), "f4"), chunks=(1, 5, 6))
+    code, _, stderr, _ = run_layoutlab("rechunk", source, tmp_path / "out.zarr", "--chunks", "dim0=2,dim1=5,dim2=6",
+                                       "--no-progress", timeout=60)
+    assert code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(source) in lines[0], stderr
+    assert "variable temperature has no dimension scales" in lines[0], stderr
+    assert "phony_dim_0, phony_dim_1, phony_dim_2" in lines[0], stderr

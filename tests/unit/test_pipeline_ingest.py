@@ -251,3 +251,12 @@ def test_an_unforeseen_error_in_ingest_ends_in_a_failure_item_naming_the_key(clo
     [failure] = cloud[2].items(dataset=outcome.dataset_id, kind="FAILURE")
     assert failure["reason"] == outcome.reason
     assert executions(cloud) == []
+
+
+def test_a_file_with_a_user_block_larger_than_the_first_read_is_accepted(cloud, tmp_path):
+    """Issue 36: HDF5 finds its signature after a user block of any power-of-two size from 512."""
+    path = tmp_path / "ub.h5"
+    with h5py.File(path, "w", userblock_size=128 * 1024) as f:
+        f["v"] = np.arange(10, dtype="f4")
+    [outcome] = ingest(cloud, put(cloud[0], "incoming/ub.h5", path.read_bytes()))
+    assert outcome.status == "started", outcome

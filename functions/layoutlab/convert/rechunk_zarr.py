@@ -297,8 +297,8 @@ def source_kind(src: str) -> str:
         from layoutlab.storage import s3fs_filesystem
 
         try:
-            with s3fs_filesystem(for_url=src).open(src, "rb") as f:
-                head = f.read(8)
+            with s3fs_filesystem(for_url=src).open(src, "rb", block_size=2**16) as f:
+                head = _hdf5_signature_at(f, f.size)
         except (FileNotFoundError, IsADirectoryError):
             if keys:
                 raise BadInputFile(src, "is an S3 prefix but not a Zarr store (no zarr.json or .zgroup)") from None
@@ -315,10 +315,25 @@ def source_kind(src: str) -> str:
 
         require_regular_file(path, src)  # (a FIFO would block the read below forever)
         with open(path, "rb") as f:
-            head = f.read(8)
-    if head == b"\x89HDF\r\n\x1a\n":
+            head = _hdf5_signature_at(f, path.stat().st_size)
+    if head is not None:
         return "hdf5"
-    raise BadInputFile(src, "is not an HDF5/NetCDF-4 file or a Zarr store (no HDF5 signature)")
+    raise BadInputFile(src, "is not an HDF5/NetCDF-4 file or a Zarr store (no HDF5 signature at offset 0, 512, "
+                            "1024, ...)")
+
+
+def _hdf5_signature_at(stream, size: int) -> int | None:
+    """Where the HDF5 signature is in ``stream``: at 0, or after a user block at 512, 1024, 2048, ... (where
+    HDF5 itself looks: a valid file with a 512-byte user block was called "no HDF5 signature", issue 36)."""
+    from layoutlab.formats.sniff import HDF5_SIGNATURE
+
+    offset = 0
+    while offset + len(HDF5_SIGNATURE) <= size:
+        stream.seek(offset)
+        if stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+            return offset
+        offset = 512 if offset == 0 else offset * 2
+    return None
 
 
 def _open_hdf5(src: str, rdcc_nbytes: int = 2**20):
@@ -832,6 +847,15 @@ def plan_rechunk(
     for option, spec in (("--chunks", chunks), ("--shards", shards)):
         if isinstance(spec, dict):
             missing = [d for d in spec if d not in all_dims]
+            unnamed = sorted((a for a in arrays if a.dims and all(d.startswith("phony_dim_") for d in a.dims)),
+                             key=lambda a: (len(a.dims), math.prod(a.shape)), reverse=True)
+            if missing and unnamed and len(unnamed[0].dims) == len(spec):
+                # (the true reason: the variable the plan was made for has no dimension scales, so its axes
+                # have no names; a list of names "not in the file" sent users looking for a typo, issue 36)
+                raise BadInputFile(src, f"variable {unnamed[0].name} has no dimension scales (netCDF dimensions), so "
+                                        f"its axes have no names to chunk by: {option} names {', '.join(missing)}; "
+                                        f"name its axes {', '.join(unnamed[0].dims)} (as xarray reads them), or "
+                                        "attach dimension scales to it")
             if missing:
                 raise BadInputFile(
                     src, f"{option} names dimension(s) {', '.join(missing)} not in the file (it has: {', '.join(sorted(all_dims))})"

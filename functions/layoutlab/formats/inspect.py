@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason
-from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, sniff_bytes
+from layoutlab.formats.sniff import (HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, head_after_user_block,
+                                     sniff_bytes)
 from layoutlab.storage import S3Location, is_s3_url, s3fs_filesystem
 
 MiB = 1 << 20
@@ -77,6 +78,12 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
     location = str(location)
     with _open_bytes(location) as (stream, size):
         head = stream.read(HEAD_BYTES)
+        if hdf5_signature_offset(head) is None:  # (a user block larger than HEAD_BYTES: look where HDF5 does)
+            def read_at(offset, count):
+                stream.seek(offset)
+                return stream.read(count)
+
+            head = head_after_user_block(read_at, size) or head
         kind = sniff_bytes(head)
         report: dict = {"location": location, "size_bytes": size, "format": kind, "hdf5": None}
         if size == 0 or hdf5_signature_offset(head) is None:

@@ -104,7 +104,7 @@ def _head(s3, ref: ObjectRef) -> tuple[ObjectRef, dict]:
 
 
 def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
-    from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, sniff_bytes
+    from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, head_after_user_block, sniff_bytes
 
     if not ref.size:
         raise Rejected("empty file (0 bytes)")
@@ -115,6 +115,12 @@ def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
         kwargs["VersionId"] = ref.version_id
     head = s3.get_object(**kwargs)["Body"].read()
     kind = sniff_bytes(head)
+    if kind == "unknown":  # (a user block larger than HEAD_BYTES: HDF5 finds the signature further on)
+        def read_at(offset, count):
+            return s3.get_object(**{**kwargs, "Range": f"bytes={offset}-{offset + count - 1}"})["Body"].read()
+
+        beyond = head_after_user_block(read_at, ref.size)
+        kind = sniff_bytes(beyond) if beyond is not None else kind
     if kind not in ACCEPTED_FORMATS:
         raise Rejected(describe_not_hdf5(head, ref.size))
     return kind
