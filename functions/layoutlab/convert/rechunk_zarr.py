@@ -162,17 +162,44 @@ def _run(coro):
     2,001-variable NetCDF-4 file (14,006 calls) took to rechunk. The loop runs in the calling thread,
     as ``asyncio.run``'s did, so a signal stops the work where it is; a call that raises (SIGTERM's
     Terminated too) closes it there, its tasks cancelled, as ``asyncio.run`` does, and a forked child
-    makes its own."""
+    makes its own.
+
+    SIGTERM's ``Terminated`` raised while the loop runs one of its callbacks (``_read_from_self``, woken by
+    the signal) is caught by asyncio, which re-raises only SystemExit and KeyboardInterrupt and logs the
+    rest: the signal was swallowed and the command exited 0 (issue 36, 1 run in ~25). The loop's
+    exception handler therefore keeps it, cancels the loop's tasks, and it is raised here."""
     runner = getattr(_runners, "runner", None)
     if runner is None or _runners.pid != os.getpid():
         runner, _runners.pid = asyncio.Runner(), os.getpid()
+        runner.get_loop().set_exception_handler(_stop_on_termination)
         _runners.runner = runner
+    _runners.terminated = None
     try:
-        return runner.run(coro)
+        result = runner.run(coro)
     except BaseException:
         _runners.runner = None
         runner.close()
+        if _runners.terminated is not None:  # (the cancellation it caused: the signal is the reason)
+            raise _runners.terminated from None
         raise
+    if _runners.terminated is not None:  # (the coroutine ended before the cancellation reached it)
+        _runners.runner = None
+        runner.close()
+        raise _runners.terminated
+    return result
+
+
+def _stop_on_termination(loop, context) -> None:
+    """The loop's exception handler: a ``Terminated`` (SIGTERM) swallowed in a callback stops the work."""
+    from layoutlab.errors import Terminated
+
+    error = context.get("exception")
+    if isinstance(error, Terminated):
+        _runners.terminated = error
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        return
+    loop.default_exception_handler(context)
 
 
 def _store_get(store, key: str) -> bytes | None:
