@@ -162,3 +162,48 @@ def hard_link_cycle(path: Path) -> Path:
         b["loop"] = f["a"]
         b["root"] = f
     return path
+
+
+def on_a_grid(path: Path, add) -> Path:
+    """A small NetCDF-4 (time, lat, lon) grid (what the pipeline's grid variants take) with ``add(f)``'s
+    hostile object added beside its variables."""
+    import contextlib
+
+    from layoutlab.samples import geos
+
+    geos.write_geos(path, shape=(4, 19, 36))
+    with getattr(add, "while_writing", contextlib.nullcontext)(), h5py.File(path, "a") as f:
+        add(f)
+    return path
+
+
+def add_deflate_bomb(f, inflated: int = 64 * MiB) -> None:
+    import zlib
+
+    bomb = f.create_dataset("bomb", shape=(300,), dtype="f4", chunks=(30,), compression="gzip")
+    bomb[:] = np.arange(300, dtype="f4")
+    bomb.id.write_direct_chunk((30,), zlib.compress(b"\0" * inflated, 9))
+
+
+def add_absent_filter(f) -> None:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((10,))
+    dcpl.set_filter(ABSENT_FILTER_ID, h5py.h5z.FLAG_MANDATORY, ())
+    packed = h5py.Dataset(h5py.h5d.create(f.id, b"packed", h5py.h5t.NATIVE_FLOAT, h5py.h5s.create_simple((40,)),
+                                          dcpl=dcpl))
+    packed[:] = np.arange(40, dtype="f4")
+
+
+def _stand_in():  # (registered while the file is open: HDF5 unregisters no filter an open dataset uses)
+    from repack_helpers import stand_in_filter
+
+    return stand_in_filter(ABSENT_FILTER_ID, b"absent-plugin")
+
+
+add_absent_filter.while_writing = _stand_in
+
+
+def add_hard_link_cycle(f) -> None:
+    b = f.create_group("a/b")
+    b["x"] = np.arange(6, dtype="i4")
+    b["loop"] = f["a"]

@@ -42,7 +42,7 @@ def damaged_reason(error: BaseException) -> str:
     refusal = take_refusal()
     text = str(error).strip().splitlines()
     if refusal is not None:
-        return f"{refusal} ({type(error).__name__}: {text[0] if text else 'no detail'})"
+        return f"{type(error).__name__}: {text[0] if text else 'no detail'}: {refusal}"
     return f"{type(error).__name__}: {text[0] if text else 'no detail'}"
 
 
