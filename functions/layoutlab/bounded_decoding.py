@@ -77,10 +77,15 @@ def declared_chunk_bytes(dataset) -> int | None:
     return math.prod(chunks) * dataset.id.get_type().get_size() + (4 if FLETCHER32 in filters else 0)
 
 
-@contextlib.contextmanager
 def within(dataset):
     """Reads of ``dataset`` inside refuse a deflate chunk that inflates past its declared size."""
-    bound = declared_chunk_bytes(dataset)
+    return bounded_by(declared_chunk_bytes(dataset))
+
+
+@contextlib.contextmanager
+def bounded_by(bound: int | None):
+    """Reads inside refuse a deflate chunk that inflates past ``bound`` bytes (None: HDF5's own limit), for
+    readers that know the declared chunk size without the h5py Dataset (xarray's encoding)."""
     previous = getattr(_state, "bound", None)
     _state.bound = bound
     try:

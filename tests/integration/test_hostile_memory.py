@@ -132,5 +132,15 @@ def test_the_readers_refuse_a_deflate_bomb_and_read_the_sound_chunks(deflate_bom
         with pytest.raises(OSError) as refused:
             bomb[30:60]
         assert "inflates past its declared size of 120 bytes" in damaged_reason(refused.value)
+        import xarray as xr
+
+        from layoutlab.bench.readers import _XarrayArray
+
+        with xr.open_dataset(deflate_bomb_file, engine="h5netcdf", phony_dims="sort", decode_cf=False) as ds:
+            through_xarray = _XarrayArray(ds["bomb"])  # (the bench's xarray reader: h5netcdf over h5py)
+            assert np.array_equal(through_xarray[slice(0, 30)], np.arange(30, dtype="f4"))
+            with pytest.raises(OSError) as refused:
+                through_xarray[slice(30, 60)]
+            assert "inflates past its declared size of 120 bytes" in damaged_reason(refused.value)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     assert grown < 64 * MiB, f"reading the bomb chunk grew the process by {grown / MiB:.0f} MiB"

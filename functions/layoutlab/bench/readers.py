@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layoutlab import storage
+from layoutlab import bounded_decoding, storage
 from layoutlab.bench import accounting
 from layoutlab.errors import UserError
 from layoutlab.hdf5_input import deny_external_links
@@ -156,7 +156,19 @@ class _XarrayArray:
         self.chunks = data_array.encoding.get("chunksizes")
 
     def __getitem__(self, key):
-        return np.asarray(self._da[key].values)
+        from layoutlab.bounded_decoding import bounded_by
+
+        with bounded_by(self._declared_chunk_bytes()):  # (h5netcdf reads in this thread through h5py)
+            return np.asarray(self._da[key].values)
+
+    def _declared_chunk_bytes(self) -> int | None:
+        """What one stored chunk decodes to, from the encoding xarray read (the stored type, not the
+        unpacked one); None when unknown (HDF5's own limit then bounds a chunk)."""
+        encoding = self._da.encoding
+        if not self.chunks:
+            return None
+        stored = np.dtype(encoding.get("dtype", self.dtype))
+        return int(np.prod(self.chunks, dtype="i8")) * stored.itemsize + (4 if encoding.get("fletcher32") else 0)
 
 
 class XarrayHandle(Handle):
@@ -328,6 +340,7 @@ class H5pyRos3(Reader):
 
         import h5py
 
+        bounded_decoding.install()  # (a deflate chunk is never inflated past its declared size)
         if "ros3" not in h5py.registered_drivers():
             raise UserError(f"reader {self.name}: this h5py ({h5py.__version__}, HDF5 {h5py.version.hdf5_version}) "
                             "has no ros3 driver; build one against Debian's libhdf5 (see docs/bench-and-readers.md, 'h5py with ros3')")
@@ -345,6 +358,7 @@ class H5pyRos3(Reader):
         if s["page_buf_size"]:
             extra["page_buf_size"] = s["page_buf_size"]
         deny_external_links()  # (an upload's external links are never followed, as in every open of an input)
+        bounded_decoding.install()  # (nor is a deflate chunk inflated past its declared size)
         f = h5py.File(http_url, "r", driver="ros3", **kwargs, **extra)
         return H5pyHandle("hdf5", f, {**s, **_chunk_cache(f), **_h5py_version_settings()}, [f.close])
 
