@@ -625,8 +625,11 @@ def _describe_hdf5(f, src: str) -> dict:
                 with within(ds):
                     ds[(0,) * ds.ndim] if ds.ndim else ds[()]
             except _HDF5_READ_ERRORS as error:
-                raise BadInputFile(src, f"variable {path} cannot be converted: its values cannot be read "
-                                        f"({damaged_reason(error)})") from None
+                if "conversion path" not in str(error):  # (damage or a failing filter: never a silent gap)
+                    raise BadInputFile(src, f"variable {path} cannot be converted: its values cannot be read "
+                                            f"({damaged_reason(error)})") from None
+                # a type HDF5 has no conversion for (a bitfield...): a type Zarr is not given, said in skipped
+                reason = f"its data type cannot be converted by HDF5 ({damaged_reason(error)})"
         if reason is not None:
             skipped.append({"variable": path, "reason": reason})
             continue
