@@ -1105,8 +1105,14 @@ class DirectChunkCodec:
         return self.compressor.encode(chunk)  # the buffer itself: no extra copy
 
     def decode(self, data: bytes) -> np.ndarray:
-        raw = data if self.compressor is None else self.compressor.decode(data)
-        return np.frombuffer(raw, dtype=self.dtype).reshape(self.chunk_shape)
+        """One chunk, decoded into a buffer of the chunk's declared size: Blosc and Zstd check the size
+        their header states against it before decompressing, so a chunk that would decode past it is
+        refused (ValueError) instead of allocated (bounded decoding, issue 36)."""
+        if self.compressor is None:
+            return np.frombuffer(data, dtype=self.dtype).reshape(self.chunk_shape)
+        out = np.empty(self.chunk_shape, dtype=self.dtype)
+        self.compressor.decode(data, out=out)
+        return out
 
     def write_region(self, store, path: str, start, data: np.ndarray, concurrency: int) -> None:
         """Write ``data`` at ``start``: a region made of whole chunks (edge chunks at the array's end)."""
