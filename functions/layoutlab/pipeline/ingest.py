@@ -228,9 +228,14 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         LOG.warning("rejected %s", reason)
         return IngestOutcome(key=ref.key, status="rejected", dataset_id=dataset_id, reason=reason)
     except Exception as error:  # noqa: BLE001 (every upload ends in an item: issue 36)
-        # Not a refusal we foresaw (our fault, or the platform's after botocore's own retries): the upload
-        # still ends in a FAILURE item naming its key and the true reason, instead of the event being
-        # retried twice and dropped with only a log line (a RecursionError did that). The traceback is logged.
+        # Not a refusal we foresaw: the upload still ends in a FAILURE item naming its key and the true
+        # reason, instead of the event being retried twice and dropped with only a log line (a RecursionError
+        # did that). An AWS API error (botocore's own retries spent) is raised instead: the platform retries
+        # the event, and a later delivery may succeed. The traceback is logged.
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(error, (BotoCoreError, ClientError)):
+            raise
         text = str(error).strip().splitlines()
         reason = f"{ref.url}: ingest failed: {type(error).__name__}: {text[0] if text else 'no detail'}"
         LOG.exception("ingest failed: %s", reason)
