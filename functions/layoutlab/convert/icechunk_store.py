@@ -94,10 +94,11 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             if isinstance(obj, h5py.Group):
                 root.require_group(name).attrs.update(_attrs(obj))
                 return
+            if not isinstance(obj, h5py.Dataset):  # (a named datatype: no variable)
+                return
             if not _writable(obj):  # (said in the record: a variant never lacks a variable silently)
-                written["skipped"].append({"variable": name, "reason": f"data type {obj.dtype} has no Zarr v3 "
-                                           "data type written here" if isinstance(obj, h5py.Dataset)
-                                           else "not a dataset or group"})
+                written["skipped"].append({"variable": name, "reason": f"data type {obj.dtype} is not written "
+                                           "to a native Icechunk variant (numbers and booleans only)"})
                 return
             outside = data_outside_file(obj)
             if outside is not None:
