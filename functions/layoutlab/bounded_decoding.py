@@ -74,7 +74,41 @@ def declared_chunk_bytes(dataset) -> int | None:
     if not chunks:
         return None
     filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
-    return math.prod(chunks) * dataset.id.get_type().get_size() + (4 if FLETCHER32 in filters else 0)
+    element = stored_element_bytes(dataset.id.get_type())
+    if element is None:
+        return None
+    return math.prod(chunks) * element + (4 if FLETCHER32 in filters else 0)
+
+
+# A variable-length value (string or sequence) is stored in a chunk as its length (4 bytes) and a global
+# heap ID (an address of up to 8 bytes and a 4-byte index): 16 bytes, where the type's size in memory is
+# a pointer (8) for a string. Sized from memory, a compound of strings would be refused as a bomb.
+VLEN_STORED_BYTES = 16
+
+
+def stored_element_bytes(tid) -> int | None:
+    """The bytes one element of type ``tid`` takes in a stored chunk (before filters); None when HDF5's
+    encoding of it has no fixed size (a 1.12 ``H5R_ref_t`` reference: its selection is serialised)."""
+    import h5py
+
+    cls = tid.get_class()
+    if cls == h5py.h5t.VLEN or (cls == h5py.h5t.STRING and tid.is_variable_str()):
+        return VLEN_STORED_BYTES
+    if cls == h5py.h5t.REFERENCE:
+        return tid.get_size() if tid.get_size() in (8, 12) else None  # object / dataset-region refs
+    if cls == h5py.h5t.ARRAY:
+        base = stored_element_bytes(tid.get_super())
+        return None if base is None else base * math.prod(tid.get_array_dims())
+    if cls == h5py.h5t.COMPOUND:
+        extra = 0
+        for i in range(tid.get_nmembers()):
+            member = tid.get_member_type(i)
+            stored = stored_element_bytes(member)
+            if stored is None:
+                return None
+            extra += max(0, stored - member.get_size())
+        return tid.get_size() + extra
+    return tid.get_size()
 
 
 def within(dataset):

@@ -50,3 +50,25 @@ def test_a_chunk_is_refused_past_its_declared_size_and_read_up_to_it(tmp_path):
                 d[20:30]
             assert "ends early" in bounded_decoding.take_refusal()
         assert bounded_decoding.take_refusal() is None
+
+
+def test_a_compound_of_variable_length_strings_is_bounded_by_its_stored_size_not_its_memory_size(tmp_path):
+    """A vlen string is a pointer (8 bytes) in memory but 16 in a stored chunk: sized from memory, a valid
+    deflated compound of strings was refused as a bomb (the repack round-trip table's /compound)."""
+    import h5py
+    import numpy as np
+
+    from layoutlab.bounded_decoding import declared_chunk_bytes, install, within
+
+    install()
+    dtype = np.dtype([("name", h5py.string_dtype()), ("n", "<i2"), ("seq", h5py.vlen_dtype("<i4"))])
+    path = tmp_path / "vlen.h5"
+    with h5py.File(path, "w") as f:
+        data = np.array([("a" * 40, 1, np.arange(3, dtype="<i4")), ("b", 2, np.arange(5, dtype="<i4"))],
+                        dtype=dtype)
+        f.create_dataset("c", data=data, chunks=(2,), compression="gzip")
+    with h5py.File(path, "r") as f:
+        assert declared_chunk_bytes(f["c"]) == 2 * (16 + 2 + 16)
+        with within(f["c"]):
+            back = f["c"][:]
+    assert back["name"][0] == b"a" * 40 and list(back["seq"][1]) == [0, 1, 2, 3, 4]
