@@ -180,9 +180,11 @@ def install() -> str | None:
     with _lock:
         if "filter" in _installed or "unavailable" in _installed:
             return _installed.get("unavailable")
-        from layoutlab.hdf5_input import hdf5_library
+        import h5py.h5p
 
-        library = hdf5_library()
+        # the library h5py loaded, reached through one of its extension modules (as hdf5_input does; not
+        # imported from there: errors -> bounded_decoding -> hdf5_input -> ... -> errors would be a circle)
+        library = ctypes.CDLL(h5py.h5p.__file__)
         try:
             hdf5_class = _FilterClass.in_dll(library, "H5Z_DEFLATE")
         except ValueError:
