@@ -157,3 +157,101 @@ def leaks_under(root: Path) -> dict[str, list[str]]:
             if hits:
                 found[str(path.relative_to(root))] = hits
     return found
+
+
+# --- files that are damaged on purpose (issue 36): each must be refused with its reason, never held in
+# memory, never dropped silently.
+
+MiB = 1 << 20
+
+
+def deflate_bomb(path: Path, inflated: int = 512 * MiB) -> Path:
+    """A valid file whose one deflate chunk, 120 bytes declared (30 float32), inflates to ``inflated`` bytes
+    of zeros (~1/1000 of that stored); every other chunk and a second variable are sound."""
+    import zlib
+
+    with h5py.File(path, "w") as f:
+        bomb = f.create_dataset("bomb", shape=(300,), dtype="f4", chunks=(30,), compression="gzip")
+        bomb[:] = np.arange(300, dtype="f4")
+        _with_plain_data(f)
+        packer = zlib.compressobj(9)
+        block = b"\0" * (16 * MiB)
+        stream = b"".join(packer.compress(block) for _ in range(inflated // len(block))) + packer.flush()
+        bomb.id.write_direct_chunk((30,), stream)
+    return path
+
+
+ABSENT_FILTER_ID = 32099  # registered by no one: a plugin the reader does not have
+
+
+def absent_filter(path: Path) -> Path:
+    """A valid file whose variable ``packed`` went through filter 32099, a plugin no reader here has (written
+    with a pass-through stand-in registered for the duration), beside a plain variable."""
+    from repack_helpers import stand_in_filter
+
+    with stand_in_filter(ABSENT_FILTER_ID, b"absent-plugin"), h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((10,))
+        dcpl.set_filter(ABSENT_FILTER_ID, h5py.h5z.FLAG_MANDATORY, ())
+        space = h5py.h5s.create_simple((40,))
+        packed = h5py.Dataset(h5py.h5d.create(f.id, b"packed", h5py.h5t.NATIVE_FLOAT, space, dcpl=dcpl))
+        packed[:] = np.arange(40, dtype="f4")
+        _with_plain_data(f)
+    return path
+
+
+def hard_link_cycle(path: Path) -> Path:
+    """A valid file whose group ``a/b`` holds a hard link ``loop`` back to its ancestor ``a`` (and one to
+    the root): a walk by path never ends, a walk by object sees each group once."""
+    with h5py.File(path, "w") as f:
+        _with_plain_data(f)
+        b = f.create_group("a/b")
+        b["x"] = np.arange(6, dtype="i4")
+        b["loop"] = f["a"]
+        b["root"] = f
+    return path
+
+
+def on_a_grid(path: Path, add) -> Path:
+    """A small NetCDF-4 (time, lat, lon) grid (what the pipeline's grid variants take) with ``add(f)``'s
+    hostile object added beside its variables."""
+    import contextlib
+
+    from layoutlab.samples import geos
+
+    geos.write_geos(path, shape=(4, 19, 36))
+    with getattr(add, "while_writing", contextlib.nullcontext)(), h5py.File(path, "a") as f:
+        add(f)
+    return path
+
+
+def add_deflate_bomb(f, inflated: int = 64 * MiB) -> None:
+    import zlib
+
+    bomb = f.create_dataset("bomb", shape=(300,), dtype="f4", chunks=(30,), compression="gzip")
+    bomb[:] = np.arange(300, dtype="f4")
+    bomb.id.write_direct_chunk((30,), zlib.compress(b"\0" * inflated, 9))
+
+
+def add_absent_filter(f) -> None:
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((10,))
+    dcpl.set_filter(ABSENT_FILTER_ID, h5py.h5z.FLAG_MANDATORY, ())
+    packed = h5py.Dataset(h5py.h5d.create(f.id, b"packed", h5py.h5t.NATIVE_FLOAT, h5py.h5s.create_simple((40,)),
+                                          dcpl=dcpl))
+    packed[:] = np.arange(40, dtype="f4")
+
+
+def _stand_in():  # (registered while the file is open: HDF5 unregisters no filter an open dataset uses)
+    from repack_helpers import stand_in_filter
+
+    return stand_in_filter(ABSENT_FILTER_ID, b"absent-plugin")
+
+
+add_absent_filter.while_writing = _stand_in
+
+
+def add_hard_link_cycle(f) -> None:
+    b = f.create_group("a/b")
+    b["x"] = np.arange(6, dtype="i4")
+    b["loop"] = f["a"]

@@ -35,8 +35,14 @@ DAMAGED_HDF5_ERRORS = (OSError, ValueError, KeyError, RuntimeError, OverflowErro
 
 
 def damaged_reason(error: BaseException) -> str:
-    """One line for a read error on a damaged file: ``Type: first line of the message``."""
+    """One line for a read error on a damaged file: ``Type: first line of the message``, and why a chunk
+    was refused when the bounded deflate filter refused it (HDF5 itself says only that a filter failed)."""
+    from layoutlab.bounded_decoding import take_refusal
+
+    refusal = take_refusal()
     text = str(error).strip().splitlines()
+    if refusal is not None:
+        return f"{type(error).__name__}: {text[0] if text else 'no detail'}: {refusal}"
     return f"{type(error).__name__}: {text[0] if text else 'no detail'}"
 
 

@@ -116,12 +116,16 @@ def require_regular_file(path, name: str | None = None) -> None:
 def open_input(source, name: str | None = None, **kwargs):
     """``h5py.File(source, "r", **kwargs)`` for a user's file (a path or a file object).
 
-    A path must be a regular file; external links are refused by HDF5 (``deny_external_links``).
+    A path must be a regular file; external links are refused by HDF5 (``deny_external_links``); a deflate
+    chunk is inflated no further than its declared size (``layoutlab.bounded_decoding``).
     Open errors are h5py's own (OSError and co.): callers word them for their command.
     """
     import h5py
 
+    from layoutlab import bounded_decoding
+
     deny_external_links()
+    bounded_decoding.install()
     if isinstance(source, (str, os.PathLike)):
         require_regular_file(source, name)
     return h5py.File(source, "r", **kwargs)
@@ -238,17 +242,20 @@ def link_outside_file(group, key: str) -> str | None:
     return None
 
 
-def iter_objects(root):
+def iter_objects(root, linked_again: list | None = None):
     """(path, object) of every group and dataset below ``root`` reached by hard links, each object once: a
     group's members (by name), then those of its sub-groups, depth first (h5netcdf's order). What
     ``visititems`` gives, without H5Ovisit, whose cost grows with the square of the nesting depth (26 s for
     groups nested 2,000 deep), and without recursion: the depth is the uploader's.
 
     Soft, external and user-defined links are not followed, as H5Ovisit does not follow them.
+    ``linked_again``, when given, receives ``(path, first path)`` of each further hard link to a group
+    already walked (a link back to an ancestor is a cycle: walked once, and said).
     """
     import h5py
 
     seen = {h5py.h5o.get_info(root.id).addr}
+    first_paths = {h5py.h5o.get_info(root.id).addr: "/"}
     pending = [(root, "")]
     while pending:
         group, prefix = pending.pop()
@@ -265,10 +272,15 @@ def iter_objects(root):
             except (OSError, KeyError, ValueError, RuntimeError):
                 continue
             address = h5py.h5o.get_info(obj.id).addr
+            path = f"{prefix}/{key}" if prefix else key
             if address in seen:
+                if linked_again is not None and isinstance(obj, h5py.Group):
+                    linked_again.append((path, first_paths.get(address, "?")))
                 continue
             seen.add(address)
-            children.append((f"{prefix}/{key}" if prefix else key, obj))
+            if isinstance(obj, h5py.Group):
+                first_paths[address] = path
+            children.append((path, obj))
         for path, obj in reversed(children):
             if isinstance(obj, h5py.Group):
                 pending.append((obj, path))

@@ -192,3 +192,91 @@ def test_an_attribute_larger_than_zarr_metadata_should_hold_is_left_out_with_the
     import zarr
 
     assert zarr.open_group(zarr.storage.LocalStore(out, read_only=True), mode="r")["x"].attrs["units"] == "K"
+
+
+# --- issue 36: a filter whose plugin is absent. Before: rechunk exited 0 without the variable (a store
+# that looks complete) and repack said "verified ... (0 chunks)" of chunks it had not decoded.
+
+def test_rechunk_fails_naming_a_variable_whose_filter_plugin_is_absent(tmp_path):
+    from hostile_files import ABSENT_FILTER_ID, absent_filter
+
+    source = absent_filter(tmp_path / "absent.h5")
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress", timeout=120)
+    assert code == 2, (stdout[-1000:], stderr[-2000:])
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(source) in lines[0], stderr
+    assert "variable packed" in lines[0] and str(ABSENT_FILTER_ID) in lines[0] and "absent" in lines[0], stderr
+    assert not out.exists()
+
+
+def test_repack_says_which_chunks_it_could_not_decode_instead_of_verifying_them(tmp_path):
+    from hostile_files import ABSENT_FILTER_ID, absent_filter
+
+    source = absent_filter(tmp_path / "absent.h5")
+    code, stdout, stderr, _ = run_layoutlab("repack", source, tmp_path / "out.h5", timeout=120)
+    assert code == 0, stderr[-2000:]
+    assert "every stored chunk of the input decoded" not in stdout, stdout
+    not_decoded = [line for line in stdout.splitlines() if "NOT decoded" in line]
+    assert len(not_decoded) == 1 and "/packed (4 chunks)" in not_decoded[0], stdout
+    assert str(ABSENT_FILTER_ID) in not_decoded[0], stdout
+    with h5py.File(tmp_path / "out.h5") as f:  # (the copy keeps its chunks as stored)
+        assert f["packed"].id.get_num_chunks() == 4
+
+
+def test_a_hard_link_cycle_is_walked_once_and_reported(tmp_path):
+    """Issue 36: a group linking back to its ancestor. Before: rechunk followed paths (a/b/loop/b/loop/...)
+    until the task's timeout; inspect and repack walk by object already. After: each group once, the
+    cycle named in rechunk's ``skipped`` and in inspect's report; the data is all there."""
+    import json
+
+    from hostile_files import hard_link_cycle
+
+    source = hard_link_cycle(tmp_path / "cycle.h5")
+    out = tmp_path / "out.zarr"
+    code, stdout, stderr, _ = run_layoutlab("rechunk", source, out, "--no-progress", timeout=60)
+    assert code == 0, stderr[-2000:]
+    skipped = {s["group"]: s["reason"] for s in json.loads(stdout)["skipped"] if "group" in s}
+    assert "a cycle" in skipped["a/b/loop"] and "ancestor group a " in skipped["a/b/loop"], skipped
+    assert "a cycle" in skipped["a/b/root"], skipped
+    import zarr
+
+    root = zarr.open_group(str(out), mode="r")
+    assert np.array_equal(root["a/b/x"][:], np.arange(6)) and root["temperature"].shape == (2, 3, 4)
+    code, stdout, stderr, _ = run_layoutlab("inspect", source, "--json", timeout=60)
+    assert code == 0, stderr[-2000:]
+    assert '"link": "/a/b/loop"' in stdout and '"group": "/a"' in stdout, stdout[-3000:]
+    for command in ("repack",):  # (walks by object: finishes, every dataset copied once)
+        code, _, stderr, _ = run_layoutlab(command, source, tmp_path / "out.h5", timeout=60)
+        assert code == 0, stderr[-2000:]
+
+
+@pytest.mark.parametrize("userblock", [512, 128 * 1024])
+def test_a_valid_file_with_a_user_block_is_read_by_every_command(userblock, tmp_path):
+    """Issue 36: HDF5 finds its signature at 0, 512, 1024, 2048, ... Before: rechunk read 8 bytes at 0 and
+    said "no HDF5 signature" for a 512-byte user block; beyond 64 KiB inspect said "unknown" and repack
+    "not an HDF5 file"."""
+    source = tmp_path / "userblock.h5"
+    with h5py.File(source, "w", userblock_size=userblock) as f:
+        f["t"] = np.arange(24, dtype="f4").reshape(2, 3, 4)
+    code, _, stderr, _ = run_layoutlab("rechunk", source, tmp_path / "out.zarr", "--no-progress", timeout=60)
+    assert code == 0, stderr[-2000:]
+    code, stdout, stderr, _ = run_layoutlab("inspect", source, timeout=60)
+    assert code == 0 and "format          hdf5" in stdout, (stdout, stderr[-2000:])
+    code, _, stderr, _ = run_layoutlab("repack", source, tmp_path / "out.h5", timeout=60)
+    assert code == 0, stderr[-2000:]
+
+
+def test_a_grid_without_dimension_scales_gets_the_true_reason_in_one_line(tmp_path):
+    """Issue 36: the pipeline's plan names the axes of a grid without dimension scales dim0, dim1, dim2; the
+    FAILURE said only "--chunks names dimension(s) dim0... not in the file"."""
+    source = tmp_path / "nodims.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("temperature", data=np.zeros((4, 5, 6), "f4"), chunks=(1, 5, 6))
+    code, _, stderr, _ = run_layoutlab("rechunk", source, tmp_path / "out.zarr", "--chunks", "dim0=2,dim1=5,dim2=6",
+                                       "--no-progress", timeout=60)
+    assert code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(source) in lines[0], stderr
+    assert "variable temperature has no dimension scales" in lines[0], stderr
+    assert "phony_dim_0, phony_dim_1, phony_dim_2" in lines[0], stderr

@@ -83,3 +83,64 @@ def test_verify_still_finds_a_large_attribute_that_differs(tmp_path):
         f"/: attribute 'history' differs (a value of {size} bytes became {size + 1})"]
     assert compare_files(tmp_path / "d.h5", tmp_path / "d.h5") == []
     assert compare_files(a, tmp_path / "d.h5") == ["/: attribute 'history' type changed"]
+
+
+# --- issue 36: a deflate chunk that inflates far past its declared size (120 B declared, 512 MiB
+# inflated) is refused, with the reason, in memory bounded by a small multiple of the declared size
+# (before: HDF5's deflate doubled its buffer to the whole stream, 8.5 GB for 1 GiB, and the run said
+# "verified" / exited 0 with the truncated chunk).
+
+BOMB_INFLATED = 512 * MiB
+BOUNDED_PEAK = 200 * MiB  # a small file's whole command (imports, HDF5, the guarded child), not the bomb
+
+
+@pytest.fixture(scope="module")
+def deflate_bomb_file(tmp_path_factory):
+    from hostile_files import deflate_bomb
+
+    return deflate_bomb(tmp_path_factory.mktemp("bomb") / "bomb.h5", BOMB_INFLATED)
+
+
+@pytest.mark.parametrize("command", ["rechunk", "repack"])
+def test_a_deflate_bomb_is_refused_with_its_reason_in_bounded_memory(command, deflate_bomb_file, tmp_path):
+    out = tmp_path / ("out.zarr" if command == "rechunk" else "out.h5")
+    extra = ("--no-progress",) if command == "rechunk" else ()
+    code, stdout, stderr, peak = run_layoutlab(command, deflate_bomb_file, out, *extra, timeout=120)
+    assert code == 2, (code, stdout[-500:], stderr[-2000:])
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(deflate_bomb_file) in lines[0], stderr
+    assert "bomb" in lines[0] and "inflates past its declared size of 120 bytes" in lines[0], stderr
+    assert peak < BOUNDED_PEAK, f"{command} peaked at {peak / MiB:.0f} MiB on a chunk declared 120 bytes"
+    assert not out.exists()
+
+
+def test_the_readers_refuse_a_deflate_bomb_and_read_the_sound_chunks(deflate_bomb_file):
+    """The benchmark's h5py reader (and any reader inside ``within``) refuses the bomb chunk, not a
+    truncation of it; the chunks around it read as written."""
+    import resource
+
+    from layoutlab.bench.readers import H5pyHandle
+    from layoutlab.errors import damaged_reason
+    from layoutlab.hdf5_input import open_input
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open_input(deflate_bomb_file) as f:
+        handle = H5pyHandle("hdf5", f)
+        bomb = handle.array("/bomb")
+        assert np.array_equal(bomb[:30], np.arange(30, dtype="f4"))
+        assert np.array_equal(bomb[60:], np.arange(60, 300, dtype="f4"))
+        with pytest.raises(OSError) as refused:
+            bomb[30:60]
+        assert "inflates past its declared size of 120 bytes" in damaged_reason(refused.value)
+        import xarray as xr
+
+        from layoutlab.bench.readers import _XarrayArray
+
+        with xr.open_dataset(deflate_bomb_file, engine="h5netcdf", phony_dims="sort", decode_cf=False) as ds:
+            through_xarray = _XarrayArray(ds["bomb"])  # (the bench's xarray reader: h5netcdf over h5py)
+            assert np.array_equal(through_xarray[slice(0, 30)], np.arange(30, dtype="f4"))
+            with pytest.raises(OSError) as refused:
+                through_xarray[slice(30, 60)]
+            assert "inflates past its declared size of 120 bytes" in damaged_reason(refused.value)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert grown < 64 * MiB, f"reading the bomb chunk grew the process by {grown / MiB:.0f} MiB"

@@ -219,3 +219,44 @@ def test_an_event_without_a_sequencer_is_processed_unordered(cloud, tmp_path):
     [outcome] = ingest(cloud, put(cloud[0], "incoming/u.h5", hdf5_bytes(tmp_path)))
     assert outcome.status == "started"
     assert cloud[2].current_version("ingest", "incoming/u.h5") is None
+
+
+# -- issue 36: every upload ends in an item ------------------------------------------------
+@pytest.mark.parametrize("depth, reason", [(100_000, "nested too deeply to read"), (200, "nested more than 32 levels deep")])
+def test_a_deeply_nested_plan_is_refused_with_a_failure_item(cloud, tmp_path, depth, reason):
+    # Before: json.loads raised RecursionError out of ingest; the local cloud retried twice and dropped the
+    # event, with no FAILURE item: the upload vanished.
+    cloud[0].put_object(Bucket="ingest", Key="plans/deep.json",
+                        Body=b'{"variants": ' + b"[" * depth + b"]" * depth + b"}")
+    event = put(cloud[0], "incoming/deep.h5", hdf5_bytes(tmp_path), Metadata={"layoutlab-plan": "deep"})
+    [outcome] = ingest(cloud, event)
+    assert outcome.status == "rejected" and reason in outcome.reason, outcome
+    assert "s3://ingest/incoming/deep.h5" in outcome.reason
+    [failure] = cloud[2].items(dataset=outcome.dataset_id, kind="FAILURE")
+    assert failure["reason"] == outcome.reason
+    assert executions(cloud) == []
+
+
+def test_an_unforeseen_error_in_ingest_ends_in_a_failure_item_naming_the_key(cloud, tmp_path, monkeypatch):
+    from layoutlab.pipeline import ingest as ingest_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the sniffer broke\nsecond line")
+
+    monkeypatch.setattr(ingest_module, "_check_content", broken)
+    event = put(cloud[0], "incoming/u.h5", hdf5_bytes(tmp_path))
+    [outcome] = ingest(cloud, event)
+    assert outcome.status == "failed"
+    assert outcome.reason == "s3://ingest/incoming/u.h5: ingest failed: RuntimeError: the sniffer broke"
+    [failure] = cloud[2].items(dataset=outcome.dataset_id, kind="FAILURE")
+    assert failure["reason"] == outcome.reason
+    assert executions(cloud) == []
+
+
+def test_a_file_with_a_user_block_larger_than_the_first_read_is_accepted(cloud, tmp_path):
+    """Issue 36: HDF5 finds its signature after a user block of any power-of-two size from 512."""
+    path = tmp_path / "ub.h5"
+    with h5py.File(path, "w", userblock_size=128 * 1024) as f:
+        f["v"] = np.arange(10, dtype="f4")
+    [outcome] = ingest(cloud, put(cloud[0], "incoming/ub.h5", path.read_bytes()))
+    assert outcome.status == "started", outcome

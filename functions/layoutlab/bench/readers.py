@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layoutlab import storage
+from layoutlab import bounded_decoding, storage
 from layoutlab.bench import accounting
 from layoutlab.errors import UserError
 from layoutlab.hdf5_input import deny_external_links
@@ -83,6 +83,26 @@ class Handle(abc.ABC):
         self.closers.clear()
 
 
+class _BoundedDataset:
+    """An h5py Dataset whose reads refuse a deflate chunk that inflates past its declared size
+    (layoutlab.bounded_decoding) instead of holding it: the benchmark reads uploads and their copies."""
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+
+    def __getitem__(self, index):
+        from layoutlab.bounded_decoding import within
+
+        with within(self._dataset):
+            return self._dataset[index]
+
+    def __getattr__(self, name):
+        return getattr(self._dataset, name)
+
+    def __len__(self):
+        return len(self._dataset)
+
+
 class H5pyHandle(Handle):
     def array(self, path):
         from layoutlab.hdf5_input import data_outside_file
@@ -94,7 +114,7 @@ class H5pyHandle(Handle):
         outside = data_outside_file(obj)
         if outside:
             raise UserError(f"{path}: {outside}")
-        return obj
+        return _BoundedDataset(obj)
 
     def attrs(self):
         return {k: v for k, v in self.root.attrs.items()}
@@ -142,7 +162,19 @@ class _XarrayArray:
         self.chunks = data_array.encoding.get("chunksizes")
 
     def __getitem__(self, key):
-        return np.asarray(self._da[key].values)
+        from layoutlab.bounded_decoding import bounded_by
+
+        with bounded_by(self._declared_chunk_bytes()):  # (h5netcdf reads in this thread through h5py)
+            return np.asarray(self._da[key].values)
+
+    def _declared_chunk_bytes(self) -> int | None:
+        """What one stored chunk decodes to, from the encoding xarray read (the stored type, not the
+        unpacked one); None when unknown (HDF5's own limit then bounds a chunk)."""
+        encoding = self._da.encoding
+        if not self.chunks:
+            return None
+        stored = np.dtype(encoding.get("dtype", self.dtype))
+        return int(np.prod(self.chunks, dtype="i8")) * stored.itemsize + (4 if encoding.get("fletcher32") else 0)
 
 
 class XarrayHandle(Handle):
@@ -314,6 +346,7 @@ class H5pyRos3(Reader):
 
         import h5py
 
+        bounded_decoding.install()  # (a deflate chunk is never inflated past its declared size)
         if "ros3" not in h5py.registered_drivers():
             raise UserError(f"reader {self.name}: this h5py ({h5py.__version__}, HDF5 {h5py.version.hdf5_version}) "
                             "has no ros3 driver; build one against Debian's libhdf5 (see docs/bench-and-readers.md, 'h5py with ros3')")
@@ -331,6 +364,7 @@ class H5pyRos3(Reader):
         if s["page_buf_size"]:
             extra["page_buf_size"] = s["page_buf_size"]
         deny_external_links()  # (an upload's external links are never followed, as in every open of an input)
+        bounded_decoding.install()  # (nor is a deflate chunk inflated past its declared size)
         f = h5py.File(http_url, "r", driver="ros3", **kwargs, **extra)
         return H5pyHandle("hdf5", f, {**s, **_chunk_cache(f), **_h5py_version_settings()}, [f.close])
 

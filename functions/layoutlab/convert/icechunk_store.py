@@ -76,6 +76,9 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
     import icechunk
     import zarr
 
+    from layoutlab.bounded_decoding import within
+    from layoutlab.convert.repack_hdf5 import missing_filters
+    from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason, raised_by_h5py
     from layoutlab.hdf5_input import data_outside_file, open_input
 
     with open_input(local_path) as f:
@@ -91,25 +94,40 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             if isinstance(obj, h5py.Group):
                 root.require_group(name).attrs.update(_attrs(obj))
                 return
-            if not _writable(obj):
+            if not isinstance(obj, h5py.Dataset):  # (a named datatype: no variable)
+                return
+            if not _writable(obj):  # (said in the record: a variant never lacks a variable silently)
+                written["skipped"].append({"variable": name, "reason": f"data type {obj.dtype} is not written "
+                                           "to a native Icechunk variant (numbers and booleans only)"})
                 return
             outside = data_outside_file(obj)
             if outside is not None:
                 written["skipped"].append({"variable": name, "reason": outside})
                 return
+            absent = missing_filters(obj)
+            if absent:  # (its values cannot be decoded here: the variant fails naming it, never lacks it)
+                raise BadInputFile(local_path, f"variable {name} cannot be converted: its filter plugin is absent "
+                                               f"here ({', '.join(absent)}), so its values cannot be decoded")
             chunk_shape, shard_shape, dims = _layout(obj, chunks, shards)
             fill = obj.fillvalue if obj.dtype.kind in "biuf" else None
             array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
                                       shards=shard_shape, fill_value=fill, attributes=_attrs(obj),
                                       dimension_names=dims)
-            if not obj.shape:
-                array[...] = obj[()]
-            else:
-                step = (shard_shape or chunk_shape or obj.shape)[0]
-                row_bytes = max(1, int(np.prod(obj.shape[1:], dtype="i8")) * obj.dtype.itemsize)
-                block = max(step, (max_mem // 2 // row_bytes) // step * step)
-                for start in range(0, obj.shape[0], block):
-                    array[start:start + block] = obj[start:start + block]
+            try:
+                with within(obj):  # (a chunk that inflates past its declared size is refused, not held)
+                    if not obj.shape:
+                        array[...] = obj[()]
+                    else:
+                        step = (shard_shape or chunk_shape or obj.shape)[0]
+                        row_bytes = max(1, int(np.prod(obj.shape[1:], dtype="i8")) * obj.dtype.itemsize)
+                        block = max(step, (max_mem // 2 // row_bytes) // step * step)
+                        for start in range(0, obj.shape[0], block):
+                            array[start:start + block] = obj[start:start + block]
+            except DAMAGED_HDF5_ERRORS as error:
+                if not raised_by_h5py(error):
+                    raise
+                raise BadInputFile(local_path, f"variable {name} cannot be converted: its values cannot be read "
+                                               f"({damaged_reason(error)})") from None
             written["arrays"] += 1
             written["bytes"] += obj.size * obj.dtype.itemsize
 

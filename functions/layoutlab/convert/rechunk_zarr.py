@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from layoutlab import settings
+from layoutlab.bounded_decoding import within
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
@@ -161,17 +162,44 @@ def _run(coro):
     2,001-variable NetCDF-4 file (14,006 calls) took to rechunk. The loop runs in the calling thread,
     as ``asyncio.run``'s did, so a signal stops the work where it is; a call that raises (SIGTERM's
     Terminated too) closes it there, its tasks cancelled, as ``asyncio.run`` does, and a forked child
-    makes its own."""
+    makes its own.
+
+    SIGTERM's ``Terminated`` raised while the loop runs one of its callbacks (``_read_from_self``, woken by
+    the signal) is caught by asyncio, which re-raises only SystemExit and KeyboardInterrupt and logs the
+    rest: the signal was swallowed and the command exited 0 (issue 36, 1 run in ~25). The loop's
+    exception handler therefore keeps it, cancels the loop's tasks, and it is raised here."""
     runner = getattr(_runners, "runner", None)
     if runner is None or _runners.pid != os.getpid():
         runner, _runners.pid = asyncio.Runner(), os.getpid()
+        runner.get_loop().set_exception_handler(_stop_on_termination)
         _runners.runner = runner
+    _runners.terminated = None
     try:
-        return runner.run(coro)
+        result = runner.run(coro)
     except BaseException:
         _runners.runner = None
         runner.close()
+        if _runners.terminated is not None:  # (the cancellation it caused: the signal is the reason)
+            raise _runners.terminated from None
         raise
+    if _runners.terminated is not None:  # (the coroutine ended before the cancellation reached it)
+        _runners.runner = None
+        runner.close()
+        raise _runners.terminated
+    return result
+
+
+def _stop_on_termination(loop, context) -> None:
+    """The loop's exception handler: a ``Terminated`` (SIGTERM) swallowed in a callback stops the work."""
+    from layoutlab.errors import Terminated
+
+    error = context.get("exception")
+    if isinstance(error, Terminated):
+        _runners.terminated = error
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        return
+    loop.default_exception_handler(context)
 
 
 def _store_get(store, key: str) -> bytes | None:
@@ -296,8 +324,8 @@ def source_kind(src: str) -> str:
         from layoutlab.storage import s3fs_filesystem
 
         try:
-            with s3fs_filesystem(for_url=src).open(src, "rb") as f:
-                head = f.read(8)
+            with s3fs_filesystem(for_url=src).open(src, "rb", block_size=2**16) as f:
+                head = _hdf5_signature_at(f, f.size)
         except (FileNotFoundError, IsADirectoryError):
             if keys:
                 raise BadInputFile(src, "is an S3 prefix but not a Zarr store (no zarr.json or .zgroup)") from None
@@ -314,10 +342,25 @@ def source_kind(src: str) -> str:
 
         require_regular_file(path, src)  # (a FIFO would block the read below forever)
         with open(path, "rb") as f:
-            head = f.read(8)
-    if head == b"\x89HDF\r\n\x1a\n":
+            head = _hdf5_signature_at(f, path.stat().st_size)
+    if head is not None:
         return "hdf5"
-    raise BadInputFile(src, "is not an HDF5/NetCDF-4 file or a Zarr store (no HDF5 signature)")
+    raise BadInputFile(src, "is not an HDF5/NetCDF-4 file or a Zarr store (no HDF5 signature at offset 0, 512, "
+                            "1024, ...)")
+
+
+def _hdf5_signature_at(stream, size: int) -> int | None:
+    """Where the HDF5 signature is in ``stream``: at 0, or after a user block at 512, 1024, 2048, ... (where
+    HDF5 itself looks: a valid file with a 512-byte user block was called "no HDF5 signature", issue 36)."""
+    from layoutlab.formats.sniff import HDF5_SIGNATURE
+
+    offset = 0
+    while offset + len(HDF5_SIGNATURE) <= size:
+        stream.seek(offset)
+        if stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+            return offset
+        offset = 512 if offset == 0 else offset * 2
+    return None
 
 
 def _open_hdf5(src: str, rdcc_nbytes: int = 2**20):
@@ -354,7 +397,7 @@ def describe_source(src: str, kind: str) -> dict:
     except (OSError, ValueError) as error:
         raise BadInputFile(src, f"cannot be opened as HDF5 ({error.__class__.__name__}: {error})") from None
     try:
-        return _describe_hdf5(handle)
+        return _describe_hdf5(handle, src)
     except DAMAGED_HDF5_ERRORS as error:
         if not raised_by_h5py(error):
             raise
@@ -473,7 +516,7 @@ S3_MAX_KEY_BYTES = 1024
 MAX_OBJECT_PATH_BYTES = 768
 
 
-def _describe_hdf5(f) -> dict:
+def _describe_hdf5(f, src: str) -> dict:
     import h5py
     from h5netcdf.core import NOT_A_VARIABLE
 
@@ -495,8 +538,11 @@ def _describe_hdf5(f) -> dict:
     phony: dict = {}
 
     # Groups in h5netcdf's order (a group's own objects, then its sub-groups, depth first), without
-    # recursion: the depth of the hierarchy is the uploader's to choose.
+    # recursion: the depth of the hierarchy is the uploader's to choose. Each group is walked once, by
+    # object address: a hard link back to an ancestor (a cycle) made a walk by path run until the task's
+    # timeout (issue 36); a second link to a group is reported, not followed.
     pending = [(f, "")]
+    walked_groups = {h5py.h5o.get_info(f.id).addr: "/"}
     while pending:
         group, prefix = pending.pop()
         groups[prefix] = _read_attrs(group, prefix or "/", skipped)
@@ -518,6 +564,16 @@ def _describe_hdf5(f) -> dict:
                 skipped.append({"variable": path, "reason": f"cannot be opened ({error.__class__.__name__}: {error})"})
                 continue
             if isinstance(obj, h5py.Group):
+                address = h5py.h5o.get_info(obj.id).addr
+                if address in walked_groups:
+                    first = walked_groups[address]
+                    cycle = first == "/" or path.startswith(first + "/")
+                    skipped.append({"group": path, "reason": (
+                        f"a hard link back to its ancestor group {first} (a cycle): that group is copied once, "
+                        f"as {first}" if cycle else
+                        f"a second hard link to the group {first}: that group is copied once, as {first}")})
+                    continue
+                walked_groups[address] = path
                 subgroups.append((obj, path))
             elif isinstance(obj, h5py.Dataset):
                 datasets.append((path, obj))
@@ -556,10 +612,24 @@ def _describe_hdf5(f) -> dict:
             kind, reason = "other", f"its data type cannot be read by h5py ({damaged_reason(error)})"
         reason = data_outside_file(ds) or reason  # never read, whatever its type
         if reason is None and math.prod(ds.shape) > 0:
-            try:  # one element: a filter without its plugin, missing external raw data, no conversion path
-                ds[(0,) * ds.ndim] if ds.ndim else ds[()]
+            # A variable Zarr can hold but whose values cannot be decoded here fails the whole copy, naming
+            # it: left out, the store would look complete without it (issue 36: an absent filter plugin
+            # made rechunk exit 0 and the pipeline's variant READY without the variable's data).
+            from layoutlab.convert.repack_hdf5 import missing_filters
+
+            absent = missing_filters(ds)
+            if absent:
+                raise BadInputFile(src, f"variable {path} cannot be converted: its filter plugin is absent here "
+                                        f"({', '.join(absent)}), so its values cannot be decoded")
+            try:  # one element: a damaged first chunk, no conversion path
+                with within(ds):
+                    ds[(0,) * ds.ndim] if ds.ndim else ds[()]
             except _HDF5_READ_ERRORS as error:
-                reason = f"its data cannot be read ({error.__class__.__name__}: {error})"
+                if "conversion path" not in str(error):  # (damage or a failing filter: never a silent gap)
+                    raise BadInputFile(src, f"variable {path} cannot be converted: its values cannot be read "
+                                            f"({damaged_reason(error)})") from None
+                # a type HDF5 has no conversion for (a bitfield...): a type Zarr is not given, said in skipped
+                reason = f"its data type cannot be converted by HDF5 ({damaged_reason(error)})"
         if reason is not None:
             skipped.append({"variable": path, "reason": reason})
             continue
@@ -807,6 +877,15 @@ def plan_rechunk(
     for option, spec in (("--chunks", chunks), ("--shards", shards)):
         if isinstance(spec, dict):
             missing = [d for d in spec if d not in all_dims]
+            unnamed = sorted((a for a in arrays if a.dims and all(d.startswith("phony_dim_") for d in a.dims)),
+                             key=lambda a: (len(a.dims), math.prod(a.shape)), reverse=True)
+            if missing and unnamed and len(unnamed[0].dims) == len(spec):
+                # (the true reason: the variable the plan was made for has no dimension scales, so its axes
+                # have no names; a list of names "not in the file" sent users looking for a typo, issue 36)
+                raise BadInputFile(src, f"variable {unnamed[0].name} has no dimension scales (netCDF dimensions), so "
+                                        f"its axes have no names to chunk by: {option} names {', '.join(missing)}; "
+                                        f"name its axes {', '.join(unnamed[0].dims)} (as xarray reads them), or "
+                                        "attach dimension scales to it")
             if missing:
                 raise BadInputFile(
                     src, f"{option} names dimension(s) {', '.join(missing)} not in the file (it has: {', '.join(sorted(all_dims))})"
@@ -1026,8 +1105,14 @@ class DirectChunkCodec:
         return self.compressor.encode(chunk)  # the buffer itself: no extra copy
 
     def decode(self, data: bytes) -> np.ndarray:
-        raw = data if self.compressor is None else self.compressor.decode(data)
-        return np.frombuffer(raw, dtype=self.dtype).reshape(self.chunk_shape)
+        """One chunk, decoded into a buffer of the chunk's declared size: Blosc and Zstd check the size
+        their header states against it before decompressing, so a chunk that would decode past it is
+        refused (ValueError) instead of allocated (bounded decoding, issue 36)."""
+        if self.compressor is None:
+            return np.frombuffer(data, dtype=self.dtype).reshape(self.chunk_shape)
+        out = np.empty(self.chunk_shape, dtype=self.dtype)
+        self.compressor.decode(data, out=out)
+        return out
 
     def write_region(self, store, path: str, start, data: np.ndarray, concurrency: int) -> None:
         """Write ``data`` at ``start``: a region made of whole chunks (edge chunks at the array's end)."""
@@ -1220,8 +1305,9 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None) -> dict:
             if handle is None:
                 handle = cache["hdf5"] = _open_hdf5(plan["source"])
             try:
-                data = _read_hdf5_region(handle[var.get("source_path") or unit["variable"]], unit["start"], unit["stop"],
-                                         var)
+                dataset = handle[var.get("source_path") or unit["variable"]]
+                with within(dataset):  # (a chunk that inflates past its declared size is refused, not held)
+                    data = _read_hdf5_region(dataset, unit["start"], unit["stop"], var)
             except DAMAGED_HDF5_ERRORS as error:
                 if not raised_by_h5py(error):
                     raise

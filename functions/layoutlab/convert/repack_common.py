@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from layoutlab.errors import BadInputFile, UserError
-from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset
+from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, head_after_user_block
 from layoutlab.units import parse_size  # noqa: F401  (the one size parser; re-exported for repack's callers)
 
 MiB = 1 << 20
@@ -93,6 +93,8 @@ def check_signature(path: str | os.PathLike) -> None:
     size = path.stat().st_size
     with open(path, "rb") as stream:
         head = stream.read(HEAD_BYTES)
+        if hdf5_signature_offset(head) is None:  # (a user block larger than HEAD_BYTES: look where HDF5 does)
+            head = head_after_user_block(lambda offset, count: os.pread(stream.fileno(), count, offset), size) or head
     if size == 0 or hdf5_signature_offset(head) is None:
         raise BadInputFile(path, describe_not_hdf5(head, size))
 

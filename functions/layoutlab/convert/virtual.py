@@ -192,7 +192,10 @@ def _native_array_keys(path: str, dataset, attrs: dict) -> dict:
 
     import h5py
 
-    data = dataset.asstr()[()] if h5py.check_string_dtype(dataset.dtype) else dataset[()]
+    from layoutlab.bounded_decoding import within
+
+    with within(dataset):  # (a chunk that inflates past its declared size is refused, not held)
+        data = dataset.asstr()[()] if h5py.check_string_dtype(dataset.dtype) else dataset[()]
     data = np.asarray(data)
     if data.dtype.kind == "O":
         data = data.astype(str)

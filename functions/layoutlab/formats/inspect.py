@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, damaged_reason
-from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, sniff_bytes
+from layoutlab.formats.sniff import (HEAD_BYTES, describe_not_hdf5, hdf5_signature_offset, head_after_user_block,
+                                     sniff_bytes)
 from layoutlab.storage import S3Location, is_s3_url, s3fs_filesystem
 
 MiB = 1 << 20
@@ -77,6 +78,12 @@ def inspect_file(location: str | os.PathLike, page_size: int = RECOMMENDED_PAGE_
     location = str(location)
     with _open_bytes(location) as (stream, size):
         head = stream.read(HEAD_BYTES)
+        if hdf5_signature_offset(head) is None:  # (a user block larger than HEAD_BYTES: look where HDF5 does)
+            def read_at(offset, count):
+                stream.seek(offset)
+                return stream.read(count)
+
+            head = head_after_user_block(read_at, size) or head
         kind = sniff_bytes(head)
         report: dict = {"location": location, "size_bytes": size, "format": kind, "hdf5": None}
         if size == 0 or hdf5_signature_offset(head) is None:
@@ -176,7 +183,8 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
             obj.id.chunk_iter(on_chunk)
             chunked.append((path, obj.shape, obj.chunks, obj.dtype.itemsize, first, len(chunk_sizes)))
 
-    for path, obj in iter_objects(f):  # (linear in the objects, whatever their depth)
+    linked_again: list[tuple[str, str]] = []  # (a group walked once, by address: issue 36's cycles)
+    for path, obj in iter_objects(f, linked_again):  # (linear in the objects, whatever their depth)
         visit(path, obj)
     _unlimited_dimension_lengths(f, netcdf_unlimited_dims, dimensioned)
     raw_bytes = int(sum(s for _, s in extents))
@@ -193,6 +201,9 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
     scatter = _metadata_scatter(extents, size, fcpl.get_userblock(), layout_page, pages_read)
     details = {
         "netcdf4_markers": netcdf4_markers,
+        # further hard links to a group already walked (a link back to an ancestor is a cycle), each walked once
+        "groups_linked_again": [{"link": "/" + path, "group": first if first.startswith("/") else "/" + first}
+                                for path, first in linked_again],
         "file_space": {
             "strategy": STRATEGY_NAMES.get(strategy, str(strategy)),
             "paged": paged,
@@ -442,6 +453,11 @@ def format_report(report: dict) -> str:
         lines.append(f"  unlimited       {h['unlimited_datasets']['count']} datasets"
                      + (f" (dimension scales: {shown}{more})" if dims else ""))
         lines.append(f"  COMPACT         {h['compact_datasets']['count']} datasets")
+        again = h.get("groups_linked_again") or []
+        if again:  # (a hard link back to an ancestor is a cycle: each group is walked once, by address)
+            lines.append(f"  linked again    {len(again)} hard link(s) to a group already walked, each group walked "
+                         "once: " + ", ".join(f"{a['link']} -> {a['group']}" for a in again[:3])
+                         + (f" and {len(again) - 3} more" if len(again) > 3 else ""))
     verdict = report["verdict"]
     lines.append(f"verdict: {verdict['summary']}")
     for number, item in enumerate(verdict["problems"], 1):

@@ -37,6 +37,19 @@ def hdf5_signature_offset(head: bytes) -> int | None:
     return None
 
 
+def head_after_user_block(read_at, size: int) -> bytes | None:
+    """``HEAD_BYTES`` from the HDF5 signature of a file whose user block is larger than ``HEAD_BYTES`` can
+    hold (HDF5 looks at 0, 512, 1024, ... whatever the size: such a file is valid), or None when there is no
+    signature beyond ``HEAD_BYTES``. ``read_at(offset, count)`` reads the file (a ranged GET for S3)."""
+    offset = HEAD_BYTES
+    while offset + len(HDF5_SIGNATURE) <= size:
+        head = read_at(offset, HEAD_BYTES)
+        if head[:len(HDF5_SIGNATURE)] == HDF5_SIGNATURE:
+            return bytes(head)
+        offset *= 2
+    return None
+
+
 def sniff_bytes(head: bytes) -> str:
     """The format of a file whose first bytes are ``head`` (pass at least ``HEAD_BYTES`` when you can).
 
@@ -78,7 +91,14 @@ def sniff(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> 
         return "zarr" if any((path / m).is_file() for m in markers) else "unknown"
     with open(path, "rb") as stream:
         head = stream.read(HEAD_BYTES)
-    kind = sniff_bytes(head)
+        kind = sniff_bytes(head)
+        if kind == "unknown":  # (a user block larger than HEAD_BYTES: the signature lies further on)
+            def read_at(offset, count):
+                stream.seek(offset)
+                return stream.read(count)
+
+            beyond = head_after_user_block(read_at, os.fstat(stream.fileno()).st_size)
+            kind = sniff_bytes(beyond) if beyond is not None else kind
     if kind == "hdf5" and _hdf5_file_is_netcdf4(path):
         return "netcdf4"
     return kind

@@ -50,7 +50,7 @@ class IngestSettings:
 @dataclass
 class IngestOutcome:
     key: str
-    status: str  # started | duplicate | stale | rejected | ignored
+    status: str  # started | duplicate | stale | rejected | failed (an error we did not foresee) | ignored
     dataset_id: str | None = None
     execution_name: str | None = None
     reason: str | None = None
@@ -104,7 +104,7 @@ def _head(s3, ref: ObjectRef) -> tuple[ObjectRef, dict]:
 
 
 def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
-    from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, sniff_bytes
+    from layoutlab.formats.sniff import HEAD_BYTES, describe_not_hdf5, head_after_user_block, sniff_bytes
 
     if not ref.size:
         raise Rejected("empty file (0 bytes)")
@@ -115,6 +115,12 @@ def _check_content(s3, ref: ObjectRef, max_bytes: int) -> str:
         kwargs["VersionId"] = ref.version_id
     head = s3.get_object(**kwargs)["Body"].read()
     kind = sniff_bytes(head)
+    if kind == "unknown":  # (a user block larger than HEAD_BYTES: HDF5 finds the signature further on)
+        def read_at(offset, count):
+            return s3.get_object(**{**kwargs, "Range": f"bytes={offset}-{offset + count - 1}"})["Body"].read()
+
+        beyond = head_after_user_block(read_at, ref.size)
+        kind = sniff_bytes(beyond) if beyond is not None else kind
     if kind not in ACCEPTED_FORMATS:
         raise Rejected(describe_not_hdf5(head, ref.size))
     return kind
@@ -140,6 +146,13 @@ def _plan_for(s3, ref: ObjectRef, metadata: dict, ceilings: Ceilings, default_na
         override = json.loads(body)
     except ValueError as error:
         raise Rejected(f"plan s3://{ref.bucket}/{plan_key} is not valid JSON: {error}") from None
+    except RecursionError:  # (a plan is a few levels deep; 100,000 nested arrays ended the ingest function)
+        raise Rejected(f"plan s3://{ref.bucket}/{plan_key} is nested too deeply to read (more than "
+                       f"{MAX_PLAN_DEPTH} levels of arrays and objects; a plan has a few)") from None
+    depth = _depth(override)
+    if depth > MAX_PLAN_DEPTH:
+        raise Rejected(f"plan s3://{ref.bucket}/{plan_key} is nested more than {MAX_PLAN_DEPTH} levels deep "
+                       "(arrays and objects; a plan has a few)")
     if not isinstance(override, dict):  # null, a list, a number: refused like any bad field, never a crash
         raise Rejected(f"plan {name!r} (s3://{ref.bucket}/{plan_key}): a plan must be a JSON object of the fields "
                        f"in docs/pipeline-and-plans.md, got {json_type(override)}")
@@ -148,6 +161,21 @@ def _plan_for(s3, ref: ObjectRef, metadata: dict, ceilings: Ceilings, default_na
         return merge_plan(override, ceilings=ceilings, input_bytes=ref.size)
     except PlanError as error:
         raise Rejected(str(error)) from None
+
+
+MAX_PLAN_DEPTH = 32  # the deepest field of a plan (plan.schema.json) is a few levels down
+
+
+def _depth(value) -> int:
+    """How deep arrays and objects nest in a parsed JSON value, without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_PLAN_DEPTH:  # (deeper is refused whatever lies below)
+                pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _claim_current_version(store, ref: ObjectRef, dataset_id: str) -> dict | None:
@@ -199,6 +227,20 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         store.put_failure(dataset_id, "ingest", "validate", reason, source=ref.to_dict())
         LOG.warning("rejected %s", reason)
         return IngestOutcome(key=ref.key, status="rejected", dataset_id=dataset_id, reason=reason)
+    except Exception as error:  # noqa: BLE001 (every upload ends in an item: issue 36)
+        # Not a refusal we foresaw: the upload still ends in a FAILURE item naming its key and the true
+        # reason, instead of the event being retried twice and dropped with only a log line (a RecursionError
+        # did that). An AWS API error (botocore's own retries spent) is raised instead: the platform retries
+        # the event, and a later delivery may succeed. The traceback is logged.
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(error, (BotoCoreError, ClientError)):
+            raise
+        text = str(error).strip().splitlines()
+        reason = f"{ref.url}: ingest failed: {type(error).__name__}: {text[0] if text else 'no detail'}"
+        LOG.exception("ingest failed: %s", reason)
+        store.put_failure(dataset_id, "ingest", "error", reason, source=ref.to_dict())
+        return IngestOutcome(key=ref.key, status="failed", dataset_id=dataset_id, reason=reason)
 
     name = identity.execution_name(ref)
     payload = execution_input(ref, dataset_id, source_format, plan, settings)

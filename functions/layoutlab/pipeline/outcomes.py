@@ -55,6 +55,18 @@ def summarize_dataset(state: SummarizeInput, *, s3, store, outputs_bucket: str) 
             "cases_failed": len(bench_failures)}
 
 
+TIMEOUT_ERRORS = ("States.Timeout", "Sandbox.Timedout")  # Step Functions' and Lambda's words for a step stopped
+
+
+def _upload_url(source) -> str | None:
+    if not isinstance(source, dict):
+        return None
+    if isinstance(source.get("url"), str):
+        return source["url"]
+    bucket, key = source.get("bucket"), source.get("key")
+    return f"s3://{bucket}/{key}" if isinstance(bucket, str) and isinstance(key, str) else None
+
+
 def record_failure(failure: FailureInput, *, store) -> dict:
     """A FAILURE item from a caught Step Functions error ``{"Error", "Cause"}``."""
     stage, dataset_id, error = failure.stage, failure.dataset_id, failure.error
@@ -66,6 +78,11 @@ def record_failure(failure: FailureInput, *, store) -> dict:
         pass
     detail = (failure.case or {}).get("case_id") or (failure.execution_id or "").rsplit(":", 1)[-1] or "pipeline"
     reason = f"{error.get('Error', 'Error')}: {cause}".strip()
+    if error.get("Error") in TIMEOUT_ERRORS:  # (the platform's words say neither what ran nor why it stopped)
+        reason += f" (the {stage} step ran past its time limit and was stopped)"
+    url = _upload_url(failure.source)
+    if url and url not in reason:  # every FAILURE names the upload (issue 36: a timeout named neither key nor reason)
+        reason = f"{url}: {reason}"
     store.put_failure(dataset_id, stage, detail, reason, error=error.get("Error"),
                       source=failure.source, execution_id=failure.execution_id, recorded=_now())
     if stage != "bench":

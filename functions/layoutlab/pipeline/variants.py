@@ -216,5 +216,19 @@ def _record_ready(task: ConvertTask, s3, store, detail: dict, started: float) ->
         "peak_rss_mb": _peak_rss_mb(),
         "platform": settings.value("LAYOUTLAB_PLATFORM") or "local", "spec": spec, **detail,
     }
+    lacks = variables_left_out(detail)
+    if lacks:  # (a READY variant never lacks a variable without its record, and the report, saying so)
+        item["lacks"] = lacks
     store.put_variant(task.dataset_id, task.name, **item)
     return {"variant": task.name, "size_bytes": size, "convert_s": item["convert_s"]}
+
+
+def variables_left_out(detail: dict) -> list[str]:
+    """``"path: reason"`` for each variable of the upload the converter left out of the variant (a type Zarr
+    cannot hold, values outside the file...), from what the kind returned (``rechunk`` / ``icechunk``)."""
+    lacks = []
+    for part in detail.values():
+        if isinstance(part, dict):
+            lacks += [f"{s['variable']}: {s['reason']}" for s in part.get("skipped") or []
+                      if isinstance(s, dict) and s.get("variable") and "attribute" not in s]
+    return lacks

@@ -117,6 +117,7 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
             "budget_recorded": recorded is not None, "within_budget": within,
             "flag": within is False and (bool(kind and kind.paged) or over is not None),
             "page_size": int(page) if page else None, "page_size_choice": item.get("page_size_choice"),
+            "lacks": list(item.get("lacks") or []),
         })
     return rows
 
@@ -131,8 +132,11 @@ def budget_text(row: dict) -> str:
     """``+41.8% vs a 5% budget: OVER`` (or within), saying when the budget is the default (not recorded)."""
     if row.get("status") == "SKIPPED":
         return f"not made: {row.get('reason') or 'skipped'}"
+    lacks = row.get("lacks") or []
+    missing = (f"; LACKS {len(lacks)} variable(s) of the upload: {'; '.join(lacks[:3])}"
+               + (f"; and {len(lacks) - 3} more" if len(lacks) > 3 else "")) if lacks else ""
     if row["overhead"] is None:
-        return "overhead unknown (no size recorded)"
+        return "overhead unknown (no size recorded)" + missing
     budget = f"{row['size_budget']:.0%} budget" + ("" if row["budget_recorded"] else " (default)")
     verdict = "within" if row["within_budget"] else "OVER"
-    return f"{row['overhead']:+.1%} vs a {budget}: {verdict}"
+    return f"{row['overhead']:+.1%} vs a {budget}: {verdict}" + missing
