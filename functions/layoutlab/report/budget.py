@@ -117,7 +117,7 @@ def budget_rows(variants: dict[str, dict]) -> list[dict]:
             "budget_recorded": recorded is not None, "within_budget": within,
             "flag": within is False and (bool(kind and kind.paged) or over is not None),
             "page_size": int(page) if page else None, "page_size_choice": item.get("page_size_choice"),
-            "lacks": list(item.get("lacks") or []),
+            **({"lacks": list(item["lacks"])} if item.get("lacks") else {}),
         })
     return rows
 
