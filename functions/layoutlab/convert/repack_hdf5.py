@@ -19,6 +19,7 @@ is unchanged, a dataset made anew gets its chunks as stored bytes (``H5Dchunk_it
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import math
 import os
@@ -166,7 +167,6 @@ class _Repacker:
         self.scale_objects = {}  # address -> source dimension scale
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
         self.dst_addresses = {}  # source object address -> address of its copy
-        self.dst_refs = {}  # destination path -> object reference to it
         self.read_buffer = bytearray(0)
         # The chunk and attribute loops in C when the extension is built (same output; on the
         # ATL03-like granule user CPU 1.0 -> 0.7 s, see _fastcopy.c and docs/repack.md).
@@ -723,9 +723,17 @@ class _Repacker:
                 self._remap_addresses(data, offsets)
                 dst_attr.write(data, mtype=dst_attr.get_type())
                 continue
-            data = np.empty(src_attr.shape, dtype=src_attr.dtype)
-            src_attr.read(data)
-            dst_attr.write(self._map_references(data))
+            # Region references, or references inside variable-length sequences (h5repack_attr_refs.h5:
+            # a vlen of region references; h5py's conversion of that crashed the process, SIGSEGV): rewritten
+            # in HDF5's own memory form of the file type, where they lie (_remap_in_memory).
+            space = src_attr.get_space()
+            data = np.empty(space.get_simple_extent_dims(), dtype=_opaque_dtype(tid.get_size()))
+            src_attr.read(data, mtype=tid)
+            try:
+                self._remap_in_memory(tid, data.ctypes.data, data.size)
+                dst_attr.write(data, mtype=dst_attr.get_type())
+            finally:
+                _reclaim(tid, space, data)
         for src, dst in self.deferred_datasets:
             if src.shape and math.prod(src.shape) == 0:
                 continue
@@ -740,7 +748,14 @@ class _Repacker:
                 self._remap_addresses(data, offsets)
                 dst.id.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=dst.id.get_type())
                 continue
-            dst[()] = self._map_references(np.asarray(src[()]))
+            space = src.id.get_space()
+            data = np.empty(src.shape, dtype=_opaque_dtype(tid.get_size()))
+            src.id.read(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+            try:
+                self._remap_in_memory(tid, data.ctypes.data, data.size)
+                dst.id.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=dst.id.get_type())
+            finally:
+                _reclaim(tid, space, data)
 
     def _dst_address(self, src_address: int) -> int:
         """Address in the destination of the copy of the source object at ``src_address``."""
@@ -765,43 +780,83 @@ class _Repacker:
             raw[:, offset : offset + 8] = mapped.view(np.uint8).reshape(-1, 8)
             self.summary.references_rewritten += int(np.count_nonzero(addresses))
 
-    def _map_references(self, data):
-        """The same values with each reference pointing at the destination's copy of its target."""
-        dtype = data.dtype
-        if dtype.names:
-            out = np.empty(data.shape, dtype=dtype)
-            for field_name in dtype.names:
-                out[field_name] = self._map_references(data[field_name])
-            return out
-        vlen_base = h5py.check_vlen_dtype(dtype)
-        if vlen_base is not None and _holds_references(vlen_base):
-            out = np.empty(data.shape, dtype=dtype)
-            for index in np.ndindex(data.shape):
-                out[index] = self._map_references(np.asarray(data[index], dtype=vlen_base))
-            return out
-        ref_kind = h5py.check_ref_dtype(dtype)
-        if ref_kind is None:
-            return data
-        out = np.empty(data.shape, dtype=dtype)
-        for index in np.ndindex(data.shape):
-            out[index] = self._map_one(data[index], ref_kind)
-            self.summary.references_rewritten += 1
-        return out
+    def _remap_in_memory(self, tid, address: int, count: int) -> None:
+        """The ``count`` values of type ``tid`` at ``address`` (HDF5's memory form of the file type, as
+        H5Aread / H5Dread give it with that type) made to point at the copies of their targets, in place:
+        object references (8 bytes, an object's address) get the copy's address; region references (12
+        bytes, an entry in the source's global heap) are made again in the copy (H5Rcreate) with the
+        source's selection (H5Rget_region); compounds, arrays and variable-length sequences are walked to
+        the references inside them. Null references stay null."""
+        if not count or not tid.detect_class(h5py.h5t.REFERENCE):
+            return
+        kind, size = tid.get_class(), tid.get_size()
+        if kind == h5py.h5t.REFERENCE:
+            for at in range(address, address + count * size, size):
+                self._remap_one(size, at)
+        elif kind == h5py.h5t.COMPOUND:
+            members = [(tid.get_member_type(i), tid.get_member_offset(i)) for i in range(tid.get_nmembers())]
+            for at in range(address, address + count * size, size):
+                for member, offset in members:
+                    self._remap_in_memory(member, at + offset, 1)
+        elif kind == h5py.h5t.ARRAY:
+            self._remap_in_memory(tid.get_super(), address, count * math.prod(tid.get_array_dims()))
+        elif kind == h5py.h5t.VLEN:  # (hvl_t: the length, then a pointer to the elements)
+            base = tid.get_super()
+            for at in range(address, address + count * size, size):
+                length, pointer = (ctypes.c_uint64 * 2).from_address(at)
+                if pointer:
+                    self._remap_in_memory(base, pointer, length)
 
-    def _map_one(self, ref, ref_kind):
-        if not ref:
-            return ref
-        # Low-level dereference + address: h5py's self.src[ref] costs ~0.35 ms and
-        # .name on such an object makes HDF5 search the whole file (~1 ms).
-        src_address = h5py.h5o.get_info(h5py.h5r.dereference(ref, self.src.id)).addr
-        dst_path = self.copied[(self.src_fileno, src_address)]
-        if ref_kind is h5py.RegionReference:
-            region = h5py.h5r.get_region(ref, self.src.id)
-            return h5py.h5r.create(self.dst.id, dst_path.encode(), h5py.h5r.DATASET_REGION, region)
-        if dst_path not in self.dst_refs:
-            self.dst_refs[dst_path] = h5py.h5r.create(self.dst.id, dst_path.encode("utf-8", "surrogateescape"),
-                                                      h5py.h5r.OBJECT)
-        return self.dst_refs[dst_path]
+    def _remap_one(self, size: int, at: int) -> None:
+        if size == 8:  # an object reference: the target's address
+            cell = ctypes.c_uint64.from_address(at)
+            if cell.value not in (0, int(UNDEFINED_ADDRESS)):
+                cell.value = self._dst_address(cell.value)
+                self.summary.references_rewritten += 1
+            return
+        if size != 12 or not any((ctypes.c_ubyte * 12).from_address(at)):  # (new-style: refused before; null)
+            return
+        library = _reference_calls()
+        with h5py._objects.phil:
+            length = library.H5Rget_name(self.src.id.id, _H5R_DATASET_REGION, at, None, 0)
+            name = ctypes.create_string_buffer(max(length, 0) + 1)
+            if length < 0 or library.H5Rget_name(self.src.id.id, _H5R_DATASET_REGION, at, name, len(name)) < 0:
+                raise OSError("cannot resolve a region reference")
+            region = library.H5Rget_region(self.src.id.id, _H5R_DATASET_REGION, at)
+            if region < 0:
+                raise OSError(f"cannot read the selection of a region reference to {name.value!r}")
+            try:
+                if library.H5Rcreate(at, self.dst.id.id, name.value, _H5R_DATASET_REGION, region) < 0:
+                    raise OSError(f"cannot make a region reference to {name.value!r} in the copy")
+            finally:
+                library.H5Sclose(region)
+        self.summary.references_rewritten += 1
+
+
+_H5R_DATASET_REGION = 1  # (H5R_DATASET_REGION1 in HDF5 1.12 and later: the 12-byte region reference)
+_REFERENCE_CALLS = []
+
+
+def _reference_calls():
+    """HDF5's calls for old-style region references (h5py offers them only on its own objects), declared once."""
+    if not _REFERENCE_CALLS:
+        library = hdf5_library()
+        i64, c, pointer = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+        for name, restype, argtypes in (
+                ("H5Rget_name", ctypes.c_ssize_t, [i64, c, pointer, ctypes.c_char_p, ctypes.c_size_t]),
+                ("H5Rget_region", i64, [i64, c, pointer]), ("H5Rcreate", c, [pointer, i64, ctypes.c_char_p, c, i64]),
+                ("H5Sclose", c, [i64])):
+            function = getattr(library, name)
+            function.restype, function.argtypes = restype, argtypes
+        _REFERENCE_CALLS.append(library)
+    return _REFERENCE_CALLS[0]
+
+
+def _reclaim(tid, space, data: np.ndarray) -> None:
+    """Free what HDF5 allocated for the variable-length parts of ``data`` (read with the file type ``tid``)."""
+    if _needs_walk(tid):
+        with h5py._objects.phil:
+            hdf5_library().H5Treclaim(tid.id, space.id, 0, data.ctypes.data)  # (0: H5P_DEFAULT)
 
 
 def _copy_attribute_value(attr, new, tid, space) -> None:
@@ -1049,6 +1104,12 @@ def _type_kind(tid: h5py.h5t.TypeID) -> str:
     if isinstance(tid, (h5py.h5t.TypeCompoundID, h5py.h5t.TypeArrayID)) and tid.detect_class(h5py.h5t.STRING):
         return "convert"  # may hide a variable-length string member: let h5py convert
     return "fixed"
+
+
+def _itemsize(dataset: h5py.Dataset) -> int:
+    """Bytes per value as stored, from HDF5's type: h5py has no dtype for some types (H5T_TIME, which
+    PyTables writes, alone or nested in a compound: "No NumPy equivalent for TypeTimeID exists")."""
+    return dataset.id.get_type().get_size()
 
 
 _OPAQUE_DTYPES: dict[int, np.dtype] = {}
@@ -1356,10 +1417,11 @@ def _needs_walk(tid) -> bool:
 
 
 def _plain_refs_only(tid) -> bool:
-    """References in ``tid`` (if any) are all 8-byte object references (walkable as addresses)."""
+    """References in ``tid`` (if any) are all old-style ones: 8-byte object and 12-byte region references
+    (``_Walker`` reads both)."""
     kind = tid.get_class()
     if kind == h5py.h5t.REFERENCE:
-        return tid.get_size() == 8
+        return tid.get_size() in (8, 12)  # (old-style object and region references: _Walker reads both)
     if kind == h5py.h5t.COMPOUND:
         return all(_plain_refs_only(tid.get_member_type(i)) for i in range(tid.get_nmembers()))
     if kind in (h5py.h5t.ARRAY, h5py.h5t.VLEN):
@@ -1424,12 +1486,33 @@ class _Walker:
             base = tid.get_super()
             size = base.get_size()
             return tuple(self._one(base, raw, offset + i * size) for i in range(math.prod(tid.get_array_dims())))
+        if kind == h5py.h5t.REFERENCE and tid.get_size() == 12:  # a region reference: its target and selection
+            return ("region",) + _region_of(self.file, raw[offset:offset + 12])
         if kind == h5py.h5t.REFERENCE:
             address = int.from_bytes(raw[offset:offset + 8], "little")
             if address in (0, 0xFFFFFFFFFFFFFFFF):
                 return ("ref", None)
             return ("ref", _address_index(self.file).get(address, f"?{address}"))
         return raw[offset:offset + tid.get_size()]
+
+
+def _region_of(f: h5py.File, stored: bytes) -> tuple:
+    """(path of the target, its selection as H5Sencode gives it) of an old-style region reference's 12
+    bytes in ``f``; (None, None) for a null one. Read through HDF5's calls: h5py's reading of a region
+    reference inside a variable-length sequence crashed the process (SIGSEGV)."""
+    if not any(stored):
+        return (None, None)
+    library = _reference_calls()
+    cell = ctypes.create_string_buffer(stored, 12)
+    with h5py._objects.phil:
+        length = library.H5Rget_name(f.id.id, _H5R_DATASET_REGION, cell, None, 0)
+        name = ctypes.create_string_buffer(max(length, 0) + 1)
+        if length < 0 or library.H5Rget_name(f.id.id, _H5R_DATASET_REGION, cell, name, len(name)) < 0:
+            raise OSError("cannot resolve a region reference")
+        region = library.H5Rget_region(f.id.id, _H5R_DATASET_REGION, cell)
+        if region < 0:
+            raise OSError(f"cannot read the selection of a region reference to {name.value!r}")
+    return (name.value, h5py.h5s.SpaceID(region).encode())  # (the SpaceID closes it)
 
 
 def _address_index(f: h5py.File) -> dict:
