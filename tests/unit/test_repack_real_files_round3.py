@@ -296,3 +296,38 @@ def test_verify_finds_a_region_reference_to_another_selection(tmp_path):
                      np.array([other], dtype=h5py.regionref_dtype)]
         f["target"].attrs.create("Attr_VLEN_Reg_Ref", values, dtype=h5py.vlen_dtype(h5py.regionref_dtype))
     assert compare_files(src, out) == ["/target: attribute 'Attr_VLEN_Reg_Ref' differs"]
+
+
+# --- references to objects no link reaches (OMPS NO2 L2's dimension scales) ----------------------------
+
+
+def write_reference_to_an_unlinked_dataset(path):
+    """A dimension-scale-like REFERENCE_LIST whose entry points at a dataset no link reaches (its link removed
+    while it stays counted: OMPS-NPP NMNO2 L2's subsetter left 12 such), and a reference to a linked one."""
+    with h5py.File(path, "w", libver="earliest") as f:
+        kept = f.create_dataset("kept", data=np.arange(3.0))
+        dropped = f.create_dataset("dropped", data=np.arange(400.0))
+        dropped.attrs["units"] = np.bytes_("m")
+        incr = ctypes.CDLL(h5py.h5p.__file__).H5Oincr_refcount
+        incr.restype, incr.argtypes = ctypes.c_int, [ctypes.c_int64]
+        assert incr(dropped.id.id) >= 0
+        refs = np.array([(kept.ref, 0), (dropped.ref, 1)], dtype=[("dataset", h5py.ref_dtype), ("dimension", "<i4")])
+        f.create_dataset("scale", data=np.arange(4)).attrs["REFERENCE_LIST"] = refs
+        del f["dropped"]
+
+
+def test_a_reference_to_a_dataset_no_link_reaches_points_at_its_copy(tmp_path):
+    """Before: the reference kept the input's address, where the copy holds other bytes (h5dump printed
+    numbers for its kind). Now the unlinked dataset is copied, still linked nowhere, and the reference
+    points at that copy."""
+    src, out = tmp_path / "in.h5", tmp_path / "out.h5"
+    write_reference_to_an_unlinked_dataset(src)
+    stdout = repack(src, out)
+    assert "an object no link reaches" in stdout
+    with h5py.File(out) as f:
+        assert sorted(f) == ["kept", "scale"]
+        target = f[f["scale"].attrs["REFERENCE_LIST"][1][0]]
+        assert list(target[:]) == list(np.arange(400.0)) and target.attrs["units"] == b"m"
+        assert h5py.h5o.get_info(target.id).rc == 1
+        assert f[f["scale"].attrs["REFERENCE_LIST"][0][0]].name == "/kept"
+    same_h5dump(src, out)

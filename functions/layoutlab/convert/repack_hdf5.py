@@ -160,6 +160,7 @@ class _Repacker:
         # the file closes, placing them after everything else.
         self.deferred_attrs = []
         self.deferred_datasets = []  # source dataset paths whose values hold references
+        self.unlinked: list[str] = []  # temporary paths of the copies of objects no link reaches
         self.attributes_seen: set[str] = set()  # paths whose attributes _copy_attributes copied
         self.userblock = b""
         self.reordered_groups: set[str] = set()
@@ -710,7 +711,28 @@ class _Repacker:
     # --- references -------------------------------------------------------------
 
     def _rewrite_references(self):
-        for src_id, dst_path, bname in self.deferred_attrs:
+        # (Rewriting may find a reference to an object no link reaches, whose copy adds its own references to
+        # rewrite to both lists: until neither grows.)
+        attrs_done = datasets_done = 0
+        while attrs_done < len(self.deferred_attrs) or datasets_done < len(self.deferred_datasets):
+            attrs_done = self._rewrite_attribute_references(attrs_done)
+            datasets_done = self._rewrite_dataset_references(datasets_done)
+        # The copies of objects no link reaches are left so: linked nowhere, still counted once (H5Oincr_refcount,
+        # then the temporary link removed), as in the input.
+        library = _reference_calls()
+        for path in self.unlinked:
+            oid = h5py.h5o.open(self.dst.id, path.encode())
+            with h5py._objects.phil:
+                if library.H5Oincr_refcount(oid.id) < 0:
+                    raise OSError(f"cannot keep the copy of an unlinked object ({path})")
+            del oid
+            self.dst.id.unlink(path.encode())
+        if self.unlinked:
+            self.dst.id.unlink(TMP_UNLINKED)
+
+    def _rewrite_attribute_references(self, start: int) -> int:
+        for src_id, dst_path, bname in itertools.islice(self.deferred_attrs, start, None):
+            start += 1
             src_attr = h5py.h5a.open(src_id, bname)
             dst_attr = h5py.h5a.open(h5py.h5o.open(self.dst.id, dst_path), bname)
             tid = src_attr.get_type()
@@ -734,7 +756,11 @@ class _Repacker:
                 dst_attr.write(data, mtype=dst_attr.get_type())
             finally:
                 _reclaim(tid, space, data)
-        for src, dst in self.deferred_datasets:
+        return start
+
+    def _rewrite_dataset_references(self, start: int) -> int:
+        for src, dst in itertools.islice(self.deferred_datasets, start, None):
+            start += 1
             if src.shape and math.prod(src.shape) == 0:
                 continue
             tid = src.id.get_type()
@@ -756,11 +782,12 @@ class _Repacker:
                 dst.id.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=dst.id.get_type())
             finally:
                 _reclaim(tid, space, data)
+        return start
 
     def _dst_address(self, src_address: int) -> int:
         """Address in the destination of the copy of the source object at ``src_address``."""
         if src_address not in self.dst_addresses:
-            dst_path = self.copied.get((self.src_fileno, src_address))
+            dst_path = self.copied.get((self.src_fileno, src_address)) or self._copy_unlinked(src_address)
             if dst_path is None:  # not the address of any object in the file: kept as stored
                 self.summary.notes.append(f"a reference to address {src_address}, where the file has no object, "
                                           "was kept as stored")
@@ -768,6 +795,32 @@ class _Repacker:
             oid = h5py.h5o.open(self.dst.id, dst_path.encode("utf-8", "surrogateescape"))
             self.dst_addresses[src_address] = h5py.h5o.get_info(oid).addr
         return self.dst_addresses[src_address]
+
+    def _copy_unlinked(self, src_address: int) -> str | None:
+        """A dataset or group at ``src_address`` that no link reaches (OMPS NO2 L2's dimension scales list
+        such datasets in REFERENCE_LIST: left by the subsetter, h5dump prints them as ``DATASET 23592 ""``)
+        copied by H5Ocopy under a temporary link, which ``_rewrite_references`` removes at the end; its own
+        references are rewritten too. None when no such object is there."""
+        oid = _open_by_address(self.src, src_address)
+        if oid is None:
+            return None
+        if not self.unlinked:
+            h5py.h5g.create(self.dst.id, TMP_UNLINKED)
+        path = f"/{TMP_UNLINKED.decode()}/{src_address}"
+        h5py.h5o.copy(oid, b".", self.dst.id, path.encode(), copypl=_copy_plist())
+        self.unlinked.append(path)
+        self.copied[(self.src_fileno, src_address)] = path
+        self.summary.notes.append(f"an object no link reaches (at address {src_address}), which a reference "
+                                  "points at, was copied, still linked nowhere")
+        for attr_name in _attribute_names(oid):
+            attr = h5py.h5a.open(oid, attr_name)
+            if attr.get_type().detect_class(h5py.h5t.REFERENCE):
+                _refuse_new_style_references(self.src_path, path, attr.get_type(), attr_name.decode(errors="replace"))
+                self.deferred_attrs.append((oid, path.encode(), attr_name))
+        if isinstance(oid, h5py.h5d.DatasetID) and oid.get_type().detect_class(h5py.h5t.REFERENCE):
+            _refuse_new_style_references(self.src_path, path, oid.get_type())
+            self.deferred_datasets.append((h5py.Dataset(oid), self.dst[path]))
+        return path
 
     def _remap_addresses(self, data: np.ndarray, offsets: list[int]):
         if not offsets or data.size == 0:
@@ -833,6 +886,24 @@ class _Repacker:
         self.summary.references_rewritten += 1
 
 
+def _open_by_address(f: h5py.File, address: int):
+    """The dataset or group of ``f`` whose object header is at ``address`` (through an object reference to
+    it, H5Rdereference2: found whether a link reaches it or not), or None."""
+    library = _reference_calls()
+    stored = ctypes.c_uint64(address)
+    with h5py._objects.phil:
+        hid = library.H5Rdereference2(f.id.id, 0, 0, ctypes.byref(stored))  # (H5P_DEFAULT, H5R_OBJECT)
+        kind = library.H5Iget_type(hid) if hid >= 0 else -1
+    if kind == _H5I_DATASET:
+        return h5py.h5d.DatasetID(hid)
+    if kind == _H5I_GROUP:
+        return h5py.h5g.GroupID(hid)
+    if hid >= 0:
+        h5py.h5o.ObjectID(hid)  # (a named datatype: closed when this goes)
+    return None
+
+
+_H5I_GROUP, _H5I_DATASET = 2, 5
 _H5R_DATASET_REGION = 1  # (H5R_DATASET_REGION1 in HDF5 1.12 and later: the 12-byte region reference)
 _REFERENCE_CALLS = []
 
@@ -845,7 +916,8 @@ def _reference_calls():
         for name, restype, argtypes in (
                 ("H5Rget_name", ctypes.c_ssize_t, [i64, c, pointer, ctypes.c_char_p, ctypes.c_size_t]),
                 ("H5Rget_region", i64, [i64, c, pointer]), ("H5Rcreate", c, [pointer, i64, ctypes.c_char_p, c, i64]),
-                ("H5Sclose", c, [i64])):
+                ("H5Sclose", c, [i64]), ("H5Rdereference2", i64, [i64, i64, c, pointer]),
+                ("H5Iget_type", c, [i64]), ("H5Oincr_refcount", c, [i64])):
             function = getattr(library, name)
             function.restype, function.argtypes = restype, argtypes
         _REFERENCE_CALLS.append(library)
@@ -946,6 +1018,7 @@ def groups_too_deep_for_one_copy(groups) -> set[str]:
 TMP_ROOT = b".layoutlab-repack-root"
 TMP_DATASET = b".layoutlab-repack-dataset"
 TMP_HOLD = b".layoutlab-repack-hold"
+TMP_UNLINKED = b".layoutlab-repack-unlinked"
 UNDEFINED_ADDRESS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -1492,7 +1565,10 @@ class _Walker:
             address = int.from_bytes(raw[offset:offset + 8], "little")
             if address in (0, 0xFFFFFFFFFFFFFFFF):
                 return ("ref", None)
-            return ("ref", _address_index(self.file).get(address, f"?{address}"))
+            index = _address_index(self.file)
+            if address in index:
+                return ("ref", index[address])
+            return ("ref", _unlinked_target(self.file, address))
         return raw[offset:offset + tid.get_size()]
 
 
@@ -1513,6 +1589,17 @@ def _region_of(f: h5py.File, stored: bytes) -> tuple:
         if region < 0:
             raise OSError(f"cannot read the selection of a region reference to {name.value!r}")
     return (name.value, h5py.h5s.SpaceID(region).encode())  # (the SpaceID closes it)
+
+
+def _unlinked_target(f: h5py.File, address: int):
+    """What a reference to ``address``, which no link of ``f`` reaches, points at, as comparable across
+    files: the kind of object there, its shape and attribute names (a copy of it lies elsewhere in the
+    copy), or the address itself when no object is there."""
+    oid = _open_by_address(f, address)
+    if oid is None:
+        return f"?{address}"
+    shape = oid.shape if isinstance(oid, h5py.h5d.DatasetID) else None
+    return ("unlinked", h5py.h5o.get_info(oid).type, shape, tuple(sorted(_attribute_names(oid))))
 
 
 def _address_index(f: h5py.File) -> dict:
