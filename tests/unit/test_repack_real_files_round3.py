@@ -191,6 +191,8 @@ def test_inspect_reports_on_time_values(tmp_path, capsys):
     assert cli.main(["inspect", "--json", str(src)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["format"] == "hdf5" and report["hdf5"] is not None
+    assert cli.main(["inspect", "--check", str(src)]) == 1  # (the check's page model sized its chunks by numpy)
+    assert "unlimited" in capsys.readouterr().out
 
 
 def test_rechunk_names_the_time_type_it_cannot_write(tmp_path):
