@@ -7,8 +7,9 @@ than where their last objects lie, while every byte of those objects is in the f
 written by a subsetting service). HDF5's own tool for such files, ``h5clear --increment`` (and the
 ``--filesize`` check), works the same way as this module: the recorded EOA is raised to cover the
 file, after which every object reads as written. Done here on a private copy (the user's file is
-never modified), in the output's directory, removed when the repack is done; the copy is read in the
-input's place and the summary says so.
+never modified), in the output's directory, removed when the repack is done, once a repack of the input
+itself has failed (convert/repack.py; files recording a few bytes less than they hold, as PyTables'
+do, read as they are); the copy is read in the input's place and the summary says so.
 """
 
 from __future__ import annotations

@@ -23,20 +23,24 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     input is decoded meanwhile, in a child process on the other core (convert/decode_check.py)."""
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
-    from layoutlab.convert.allocation import covering_allocation
+    from layoutlab.convert.allocation import covering_allocation, short_allocation
 
-    # A superblock whose end of allocation lies before objects of the file: read from a fixed-up private
-    # copy (convert/allocation.py), named as the input in every message and in the summary.
+    try:
+        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
+    except UserError:
+        # A superblock whose end of allocation lies before the end of the file, where HDF5 then refuses to
+        # read objects: once more from a private copy recording the whole file as allocated
+        # (convert/allocation.py), named as the input in every message and in the summary. Only after a
+        # failure: some files record a few bytes less than they hold (PyTables': 6) and read as they are.
+        if short_allocation(in_path) is None:
+            raise
     with covering_allocation(in_path, out_path.parent) as (source, note):
         try:
             summary = _repack(source, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
         except UserError as error:
-            if source == in_path:
-                raise
             raise _naming(error, source, in_path) from None
-    if note:
-        summary.input = str(in_path)
-        summary.notes.insert(0, note)
+    summary.input = str(in_path)
+    summary.notes.insert(0, note)
     return summary
 
 
