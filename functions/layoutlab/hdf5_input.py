@@ -60,6 +60,7 @@ def _hdf5_library():
                 ("H5Tget_super", i64, [i64]), ("H5Tclose", c, [i64]), ("H5Tget_size", ctypes.c_size_t, [i64]),
                 ("H5Tis_variable_str", c, [i64]), ("H5Tdetect_class", c, [i64, c]), ("H5Tequal", c, [i64, i64]),
                 ("H5Aread", c, [i64, i64, pointer]), ("H5Awrite", c, [i64, i64, pointer]),
+                ("H5Pget_fill_value", c, [i64, i64, pointer]),
                 ("H5Treclaim", c, [i64, i64, i64, pointer]), ("H5garbage_collect", c, []),
                 ("H5Tregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION]),
                 ("H5Tunregister", c, [c, ctypes.c_char_p, i64, i64, _CONVERSION])):

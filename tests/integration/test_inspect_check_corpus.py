@@ -122,10 +122,16 @@ def test_repacked_as_the_fix_says_every_file_passes_the_rules_repack_fixes(corpu
     done = check("--json", *repacked.values())
     assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-3000:]
     after = {r["file"]: r for r in json.loads(done.stdout)}
-    still = {name: [p["message"] for p in after[out]["problems"] if p["rule"] in REPACK_FIXES]
+    still = {name: [p["message"] for p in after[out]["problems"] if p["rule"] in REPACK_FIXES
+                    and p["rule"] != KEPT_FOR_AN_ABSENT_PLUGIN.get(name)]
              for name, out in repacked.items()}
     still = {name: problems for name, problems in still.items() if problems}
     assert not still, still
+
+
+# (issue 33) what repack cannot fix here: a filter whose plugin is not installed (PyTables' LZO) keeps its
+# datasets as stored, unlimited axes included, as h5repack does (a note says so)
+KEPT_FOR_AN_ABSENT_PLUGIN = {"pytables/Tables_lzo2_shuffle.h5": "unlimited"}
 
 
 def test_s3_objects_are_checked_like_local_files_and_a_missing_one_exits_2(tmp_path, monkeypatch):

@@ -145,7 +145,7 @@ def run(args) -> int:
           f"{summary.chunks_copied_raw} chunks copied without decoding")
     for label, items in (("COMPACT -> CONTIGUOUS", summary.compact_to_contiguous),
                          ("unlimited -> fixed", summary.unlimited_fixed),
-                         ("kept unlimited (zero length)", summary.unlimited_kept),
+                         ("kept unlimited (zero length, or a filter not installed)", summary.unlimited_kept),
                          ("rechunked", list(summary.rechunked))):
         if items:
             print(f"  {label}: {len(items)} ({', '.join(items[:3])}{', ...' if len(items) > 3 else ''})")

@@ -700,8 +700,13 @@ def _data_kind(ds) -> tuple[str, str | None]:
 
     try:
         dtype = ds.dtype
-    except TypeError:  # (h5py has no numpy type for HDF5 1.12's references, H5R_ref_t: "Unknown reference type")
-        return "other", "HDF5 1.12-style references (H5R_ref_t) have no Zarr v3 data type"
+    except TypeError as error:  # (h5py has no numpy type for it: say which HDF5 type, not a guess)
+        tid = ds.id.get_type()
+        if tid.detect_class(h5py.h5t.TIME):  # (PyTables' time columns: "No NumPy equivalent for TypeTimeID")
+            return "other", "the HDF5 time type (H5T_TIME) has no NumPy or Zarr v3 data type"
+        if tid.detect_class(h5py.h5t.REFERENCE):  # (HDF5 1.12's H5R_ref_t: "Unknown reference type")
+            return "other", "HDF5 1.12-style references (H5R_ref_t) have no Zarr v3 data type"
+        return "other", f"its HDF5 type has no NumPy equivalent ({error}), so no Zarr v3 data type"
     if dtype.kind in CORE_KINDS:
         if h5py.check_dtype(ref=dtype) is None:
             return "numeric", None

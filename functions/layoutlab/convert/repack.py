@@ -12,6 +12,7 @@ This module imports h5py only when it runs (``layoutlab repack --help`` stays qu
 from __future__ import annotations
 
 from layoutlab.convert.repack_common import DEFAULT_PAGE_SIZE, RepackSummary, checked_options
+from layoutlab.errors import BadInputFile, UserError
 
 
 def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,
@@ -22,6 +23,28 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     input is decoded meanwhile, in a child process on the other core (convert/decode_check.py)."""
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
+    from layoutlab.convert.allocation import covering_allocation, short_allocation
+
+    try:
+        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
+    except UserError:
+        # A superblock whose end of allocation lies before the end of the file, where HDF5 then refuses to
+        # read objects: once more from a private copy recording the whole file as allocated
+        # (convert/allocation.py), named as the input in every message and in the summary. Only after a
+        # failure: some files record a few bytes less than they hold (PyTables': 6) and read as they are.
+        if short_allocation(in_path) is None:
+            raise
+    with covering_allocation(in_path, out_path.parent) as (source, note):
+        try:
+            summary = _repack(source, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
+        except UserError as error:
+            raise _naming(error, source, in_path) from None
+    summary.input = str(in_path)
+    summary.notes.insert(0, note)
+    return summary
+
+
+def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress) -> RepackSummary:
     decoding = None
     if verify:
         from layoutlab.convert import decode_check
@@ -35,3 +58,10 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     finally:
         if decoding is not None:
             decoding.cancel()  # (nothing left to stop when the copy was verified: result() was collected)
+
+
+def _naming(error: UserError, source, in_path) -> UserError:
+    """``error`` raised on the private copy ``source``, naming the input ``in_path`` instead."""
+    if isinstance(error, BadInputFile):
+        return type(error)(str(in_path) if error.path == str(source) else error.path, error.reason)
+    return type(error)(str(error).replace(str(source), str(in_path)))

@@ -181,7 +181,7 @@ def _inspect_hdf5(f, size: int, assumed_page_size: int, per_dataset: bool = Fals
 
             first = len(chunk_sizes)
             obj.id.chunk_iter(on_chunk)
-            chunked.append((path, obj.shape, obj.chunks, obj.dtype.itemsize, first, len(chunk_sizes)))
+            chunked.append((path, obj.shape, obj.chunks, _itemsize(obj), first, len(chunk_sizes)))
 
     linked_again: list[tuple[str, str]] = []  # (a group walked once, by address: issue 36's cycles)
     for path, obj in iter_objects(f, linked_again):  # (linear in the objects, whatever their depth)
@@ -464,3 +464,9 @@ def format_report(report: dict) -> str:
         lines.append(f"  {number}. {item['problem']}")
         lines.append(f"     fix: {item['fix']}")
     return "\n".join(lines)
+
+
+def _itemsize(dataset: h5py.Dataset) -> int:
+    """Bytes per value as stored, from HDF5's type: h5py has no dtype for some types (H5T_TIME, which
+    PyTables writes, alone or nested in a compound: "No NumPy equivalent for TypeTimeID exists")."""
+    return dataset.id.get_type().get_size()

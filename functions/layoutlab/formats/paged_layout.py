@@ -294,7 +294,8 @@ def _dataset_allocations(ds, header: int, index: int, raw: list[int], extents: l
 
     ds.id.chunk_iter(on_chunk)
     shape, chunk_shape, maxshape = ds.shape, ds.chunks, ds.maxshape
-    grown = _grown_first_axis(shape, chunk_shape, ds.dtype.itemsize, target_chunk_bytes)
+    grown = _grown_first_axis(shape, chunk_shape, ds.id.get_type().get_size(),  # (no h5py dtype for H5T_TIME)
+                              target_chunk_bytes)
     if grown:
         raw.extend(_merged_chunk_sizes(chunks, grown))
         count = len({(offset[0] // grown,) + tuple(offset[1:]) for offset, _ in chunks})
