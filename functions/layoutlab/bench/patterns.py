@@ -316,10 +316,13 @@ PATTERNS = {p.name: p for p in (TimeseriesPoint(), MapTimestep(), TimeseriesRegi
 
 
 def get_pattern(name: str) -> Pattern:
-    try:
-        return PATTERNS[name]
-    except KeyError:
-        raise UserError(f"unknown pattern {name!r}; choose from {', '.join(PATTERNS)}") from None
+    """Today's named patterns, or a family of ``bench/families.py`` (planned from a file's structure)."""
+    from layoutlab.bench.families import FAMILIES
+
+    found = PATTERNS.get(name) or FAMILIES.get(name)
+    if found is None:
+        raise UserError(f"unknown pattern {name!r}; choose from {', '.join([*PATTERNS, *FAMILIES])}")
+    return found
 
 
 # -- checking values against the source ----------------------------------------
