@@ -31,6 +31,7 @@ see the report of issue 34.)
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 ROLES = ("grid", "swath", "table", "timeseries", "radar", "nd", "metadata-only")
@@ -481,14 +482,29 @@ def _at_one_place(f, arrays: dict, coords: dict) -> bool:
     return bool(coords.get("Y") or arrays[coords["T"]].dims[0].rpartition("/")[2] == "time")
 
 
+@contextmanager
+def open_location(location: str):
+    """The h5py file at ``location`` (a path, or an s3:// URL read through s3fs in 4 MiB blocks), opened as
+    every reader of an uploaded file opens it (``hdf5_input.open_input``: no external links)."""
+    from layoutlab.hdf5_input import open_input
+    from layoutlab.storage import is_s3_url, s3fs_filesystem
+
+    if is_s3_url(location):
+        fs = s3fs_filesystem(for_url=location)
+        with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
+            with open_input(stream, location) as f:
+                yield f
+    else:
+        with open_input(location) as f:
+            yield f
+
+
 def file_structure(location: str) -> Structure:
-    """The structure of the file at ``location`` (a path or s3:// URL), opened as every reader of an
-    uploaded file opens it (``hdf5_input.open_input``: no external links; data outside the file never read)."""
+    """The structure of the file at ``location`` (a path or s3:// URL); data outside the file is never read."""
     from layoutlab.errors import BadInputFile
-    from layoutlab.pipeline.facts import _open
 
     try:
-        with _open(location) as f:
+        with open_location(location) as f:
             return read_structure(f, location)
     except OSError as error:
         raise BadInputFile(location, f"cannot be read as HDF5: {str(error).splitlines()[0]}") from None

@@ -319,7 +319,8 @@ def get_pattern(name: str) -> Pattern:
     """Today's named patterns, or a family of ``bench/families.py`` (planned from a file's structure)."""
     from layoutlab.bench.families import FAMILIES
 
-    found = PATTERNS.get(name) or FAMILIES.get(name)
+    # a family's case label numbers its second and later cases in one file: "column-read:2"
+    found = PATTERNS.get(name) or FAMILIES.get(name.split(":", 1)[0])
     if found is None:
         raise UserError(f"unknown pattern {name!r}; choose from {', '.join([*PATTERNS, *FAMILIES])}")
     return found

@@ -23,6 +23,7 @@ from layoutlab.structure import SMALL_COORDINATE_BYTES, Structure, Unit
 DEFAULT_FAMILIES = ("open-list", "variable-read", "column-read", "record-slice", "point-series", "box",
                     "row-subset", "multi-variable")
 DEFAULT_VARIABLES = 2
+DEFAULT_ROLES = 2  # the roles holding the most data bytes (CfRadial: its fields, then its per-ray table)
 WINDOW = 64  # cells each side searched for a valid value around a location on fill
 MULTI_VARIABLES = 4  # variables a multi-variable case reads at most
 
@@ -126,17 +127,22 @@ def _variables(structure: Structure, units: list[Unit], count: int) -> tuple[lis
     return coordinates[:count], "no data variable over these coordinates: the coordinates themselves"
 
 
-def plan_families(f, structure: Structure, families=DEFAULT_FAMILIES, count: int = DEFAULT_VARIABLES) -> FamilyPlan:
-    """The family cases for the open file ``f`` of this ``structure``: per role, ``count`` variables."""
+def plan_families(f, structure: Structure, families=DEFAULT_FAMILIES, count: int = DEFAULT_VARIABLES,
+                  max_roles: int = DEFAULT_ROLES) -> FamilyPlan:
+    """The family cases for the open file ``f`` of this ``structure``: per role (the ``max_roles`` holding
+    the most data bytes), ``count`` variables."""
     out = FamilyPlan()
     wanted = [name for name in DEFAULT_FAMILIES if name in families]
     if "open-list" in wanted:
         out.cases.append(Planned("open-list", {}, structure.role, "(every object)", "open and list the file", 0))
-    roles = []
+    data_bytes: dict[str, int] = {}
     for unit in structure.units:
-        if unit.role not in roles and unit.role != "metadata-only":
-            roles.append(unit.role)
-    for role in roles:
+        if unit.role != "metadata-only":
+            data_bytes[unit.role] = data_bytes.get(unit.role, 0) + (unit.nbytes if unit.variables else 0)
+    roles = sorted(data_bytes, key=lambda r: (r != structure.role, -data_bytes[r]))
+    for role in roles[max_roles:]:
+        out.skipped.append(f"every family on {role}: beyond the plan's {max_roles} role(s) holding the most data")
+    for role in roles[:max_roles]:
         units = [u for u in structure.units if u.role == role]
         variables, how = _variables(structure, units, count)
         if not variables:

@@ -65,7 +65,9 @@ def record_failure(failure: FailureInput, *, store) -> dict:
     except (ValueError, AttributeError):
         pass
     detail = (failure.case or {}).get("case_id") or (failure.execution_id or "").rsplit(":", 1)[-1] or "pipeline"
-    reason = f"{error.get('Error', 'Error')}: {cause}".strip()
+    name = error.get("Error", "Error")
+    # a task's own message may already start with its error's name ("UserError: ..."): named once
+    reason = (cause if str(cause).startswith(f"{name}: ") else f"{name}: {cause}").strip()
     store.put_failure(dataset_id, stage, detail, reason, error=error.get("Error"),
                       source=failure.source, execution_id=failure.execution_id, recorded=_now())
     if stage != "bench":

@@ -1,0 +1,89 @@
+"""`layoutlab plan FILE --json` over every real product of the shared corpus: at least three pattern families
+beyond open-list, each case naming what it reads; every planned family read runs on the file and reads the
+values h5py reads at the same index, never more bytes than the plan counted from the declared shapes."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+from shared_corpus import CORPUS
+
+from layoutlab.bench.families import FAMILIES
+from layoutlab.bench.patterns import get_pattern
+from layoutlab.bench.readers import H5pyHandle
+from layoutlab.cli import main
+from layoutlab.pipeline.families import plan_families
+from layoutlab.pipeline.outcomes import record_failure
+from layoutlab.pipeline.payloads import FailureInput
+from layoutlab.structure import read_structure
+
+PRODUCTS = sorted([*(CORPUS / "products").glob("*"), *(CORPUS / "icesat2").glob("ATL06*"), *(CORPUS / "gpm").glob("2A-*")]) \
+    if (CORPUS / "products").is_dir() else []
+pytestmark = pytest.mark.skipif(not PRODUCTS, reason="shared corpus products not found")
+
+
+@pytest.mark.parametrize("path", PRODUCTS, ids=lambda p: p.name[:40])
+def test_plan_json_gives_three_families_beyond_open_list(path, capsys):
+    assert main(["plan", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    families = {c["family"] for c in planned["cases"]} - {"open-list"}
+    assert len(families) >= 3, planned["skipped"]
+    for case in planned["cases"]:
+        assert {"pattern", "variant", "reader", "platform", "variable"} <= set(case) and case["variable"]
+    assert "open-list" in {c["family"] for c in planned["cases"]}
+    ids = {(c["variant"], c["pattern"], c["reader"], c["platform"], c["repetition"]) for c in planned["cases"]}
+    assert len(ids) == len(planned["cases"])  # two variables read by one family stay two cases
+
+
+def _expected(f, read) -> np.ndarray:
+    return np.asarray(f[read.path][read.index])
+
+
+@pytest.mark.parametrize("path", PRODUCTS, ids=lambda p: p.name[:40])
+def test_every_planned_family_reads_what_h5py_reads_within_the_declared_bytes(path):
+    with h5py.File(path, "r") as f:
+        plan = plan_families(f, read_structure(f, str(path)))
+        handle = H5pyHandle("hdf5", f)
+        for case in plan.cases:
+            pattern = get_pattern(case.pattern)
+            assert pattern is FAMILIES[case.pattern]
+            selection = pattern.select(handle, pattern.params(case.params))
+            loaded = pattern.load(handle, selection)
+            if case.pattern == "open-list":
+                assert loaded.points > 0
+                continue
+            assert 0 < loaded.bytes_needed <= case.read_bytes, case
+            for read, got in zip(selection.reads, loaded.values):
+                assert np.array_equal(np.asarray(got), _expected(f, read), equal_nan=True), (case, read)
+
+
+def test_a_file_without_numeric_arrays_gets_one_line_saying_what_it_holds(tmp_path, capsys):
+    path = tmp_path / "names.h5"
+    with h5py.File(path, "w") as f:
+        f["station_names"] = np.array([b"a", b"b"])
+        f.create_group("empty")
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "holds no numeric array" in err[0], err
+    assert "1 datasets of strings" in err[0] and "UserError" not in err[0]
+
+
+def test_a_failure_reason_names_its_error_once():
+    class Store:
+        def put_failure(self, *args, **kwargs):
+            self.failure = args
+
+        def update_run(self, dataset_id, **fields):
+            self.run = fields
+
+    store = Store()
+    out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={
+        "Error": "UserError", "Cause": json.dumps({"errorMessage": "UserError: s3://b/k: holds no numeric array"})}),
+        store=store)
+    assert out["reason"] == "UserError: s3://b/k: holds no numeric array"
+    out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={"Error": "States.Timeout", "Cause": "late"}),
+                         store=store)
+    assert out["reason"] == "States.Timeout: late"
