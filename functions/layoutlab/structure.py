@@ -141,8 +141,11 @@ class Structure:
 
     def describe(self) -> str:
         """One line saying what a file without numeric arrays holds."""
-        return (f"holds no numeric array to read ({self.non_numeric} datasets of strings, compounds or "
-                f"references, {self.groups} groups): layoutlab has no access pattern for it")
+        def count(n, noun):
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
+        return (f"holds no numeric array to read ({count(self.non_numeric, 'dataset')} of strings, compounds or "
+                f"references, {count(self.groups, 'group')}): layoutlab has no access pattern for it")
 
 
 # --- reading ----------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_a_file_without_numeric_arrays_gets_one_line_saying_what_it_holds(tmp_pa
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "holds no numeric array" in err[0], err
-    assert "1 datasets of strings" in err[0] and "UserError" not in err[0]
+    assert "1 dataset of strings" in err[0] and "UserError" not in err[0]
 
 
 def test_a_failure_reason_names_its_error_once():
