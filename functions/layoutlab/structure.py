@@ -144,8 +144,9 @@ class Structure:
         def count(n, noun):
             return f"{n} {noun}{'' if n == 1 else 's'}"
 
-        return (f"holds no numeric array to read ({count(self.non_numeric, 'dataset')} of strings, compounds or "
-                f"references, {count(self.groups, 'group')}): layoutlab has no access pattern for it")
+        numeric = f"{count(len(self.arrays), 'numeric array')} of one value or none, " if self.arrays else ""
+        return (f"holds no numeric array to read ({numeric}{count(self.non_numeric, 'dataset')} of strings, "
+                f"compounds or references, {count(self.groups, 'group')}): layoutlab has no access pattern for it")
 
 
 # --- reading ----------------------------------------------------------------------------------------
@@ -436,9 +437,9 @@ def _units(f, arrays: dict, attrs_of: dict, conventions: str) -> list[Unit]:
         tables.setdefault((array.group, array.dims[0]), []).append(array)
     for (group, row_dim), members in tables.items():
         ones = [a for a in members if len(a.shape) == 1]
-        if len(ones) < 2:
-            continue
         data = sorted((a for a in members if a.is_data), key=lambda a: -a.nbytes)
+        if not ones or (len(ones) < 2 and not data):  # (a lone 1-D data array is a table of one column)
+            continue
         rows = members[0].shape[0]
         coords = {}
         for axis in ("T", "Y", "X", "Z"):
@@ -451,7 +452,8 @@ def _units(f, arrays: dict, attrs_of: dict, conventions: str) -> list[Unit]:
             if found:
                 found.sort(key=lambda a: (a.name.lower() not in ("time", "delta_time", "latitude", "longitude", "lat", "lon"), a.path))
                 coords[axis] = found[0].path
-        role, why = "table", f"{len(ones)} parallel 1-D arrays of {rows} rows"
+        role, why = "table", (f"{len(ones)} parallel 1-D arrays of {rows} rows" if len(ones) > 1
+                              else f"one 1-D array of {rows} values")
         if coords.get("T") and _at_one_place(f, arrays, coords):
             role, why = "timeseries", f"{len(ones)} parallel arrays over {rows} times at one place"
         units.append(Unit(role, group, (row_dim,), (rows,), [a.path for a in data], coords, 0,

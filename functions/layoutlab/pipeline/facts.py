@@ -104,7 +104,7 @@ def structure_facts(f, location: str, plan: dict | None = None) -> DatasetFacts:
     record = {"role": structure.role, "units": units, "unit_count": len(model["units"]), "arrays": len(model["arrays"]),
               "non_numeric_datasets": structure.non_numeric, "groups": structure.groups}
     if not readable:
-        reason = (structure.describe() if not structure.arrays or structure.role == "metadata-only"
+        reason = (structure.describe() if structure.role == "metadata-only"
                   else "no pattern family fits it: " + "; ".join(planned.skipped[:3]))
         return DatasetFacts(kind="other", role=structure.role, structure={**record, "why_not": reason},
                             family_skipped=tuple(planned.skipped))
