@@ -47,6 +47,10 @@ _Z_NAME = re.compile(r"^(lev|level|levels|plev|pressure_level|height|altitude|de
 _FLAG_NAME = re.compile(r"flag|^qc_|_qc$|quality|_mask$|^mask", re.I)
 
 
+_ATTRIBUTES_READ = frozenset(("axis", "standard_name", "units", "CLASS", "coordinates", "bounds", "climatology",
+                              "_FillValue", "positive", "flag_values", "flag_masks", "flag_meanings"))
+
+
 def _text(value) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
@@ -178,17 +182,22 @@ def _classify(array: Array, attrs) -> None:
         array.is_flag = not array.is_coordinate
 
 
-def _dimension_names(dataset, group: str) -> tuple[str, ...]:
+def _dimension_names(dataset, group: str, path_at: dict) -> tuple[str, ...]:
+    """Each axis's dimension scale by its path (looked up by object address in ``path_at``: h5py's ``.name``
+    of a dereferenced scale asks HDF5 to search the file for a path, 7 ms each on the ATL03 sample), else
+    a phony dimension named by group and size."""
+    import h5py
+
     names = []
     for axis, size in enumerate(dataset.shape):
         scale = None
         try:
             dim = dataset.dims[axis]
             if len(dim):
-                scale = dim[0].name
+                scale = path_at.get(h5py.h5o.get_info(dim[0].id).addr)
         except (OSError, KeyError, ValueError, RuntimeError, TypeError):  # a damaged or dangling reference
             scale = None
-        names.append(scale.lstrip("/") if scale else f"{group}/phony_dim_{size}".lstrip("/"))
+        names.append(scale or f"{group}/phony_dim_{size}".lstrip("/"))
     return tuple(names)
 
 
@@ -202,7 +211,9 @@ def read_structure(f, location: str) -> Structure:
     arrays: dict[str, Array] = {}
     attrs_of: dict[str, dict] = {}
     groups = non_numeric = 0
-    for path, obj in iter_objects(f):
+    objects = list(iter_objects(f))
+    path_at = {h5py.h5o.get_info(obj.id).addr: path for path, obj in objects if isinstance(obj, h5py.Dataset)}
+    for path, obj in objects:
         if isinstance(obj, h5py.Group):
             groups += 1
             continue
@@ -212,15 +223,15 @@ def read_structure(f, location: str) -> Structure:
             non_numeric += 1
             continue
         group = path.rpartition("/")[0]
-        try:
-            attrs = {k: obj.attrs[k] for k in obj.attrs if k != "REFERENCE_LIST"}
+        try:  # only the attributes the model reads (a producer's long descriptions are never decoded)
+            attrs = {k: obj.attrs[k] for k in obj.attrs if k in _ATTRIBUTES_READ}
         except (OSError, KeyError, TypeError, ValueError, RuntimeError):  # an attribute h5py cannot decode
             attrs = {}
         shape = tuple(int(n) for n in obj.shape)
         is_scale = _text(attrs.get("CLASS")) == "DIMENSION_SCALE" and len(shape) == 1
         array = Array(path=path, shape=shape, dtype=obj.dtype.str, itemsize=obj.dtype.itemsize,
                       # a dimension scale is its own dimension (it has no DIMENSION_LIST of its own)
-                      dims=(path,) if is_scale else _dimension_names(obj, group) if shape else (), nbytes=int(np.prod(shape or (1,))) * obj.dtype.itemsize,
+                      dims=(path,) if is_scale else _dimension_names(obj, group, path_at) if shape else (), nbytes=int(np.prod(shape or (1,))) * obj.dtype.itemsize,
                       outside_file=data_outside_file(obj))
         fill = attrs.get("_FillValue")
         if fill is not None:
@@ -270,8 +281,23 @@ def _resolve(arrays: dict, group: str, name: str) -> str | None:
         candidate = "/".join(parts[:depth] + [name])
         if candidate in arrays:
             return candidate
-    matches = sorted(p for p in arrays if p.rpartition("/")[2] == name)
+    matches = _by_name(arrays).get(name, ())
     return matches[0] if len(matches) == 1 else None
+
+
+_NAME_INDEX: dict[int, tuple[dict, dict]] = {}
+
+
+def _by_name(arrays: dict) -> dict[str, list[str]]:
+    """{base name: [paths]} of ``arrays``, built once per model (a lookup per coordinates attribute)."""
+    cached = _NAME_INDEX.get(id(arrays))
+    if cached is None or cached[0] is not arrays:
+        index: dict[str, list[str]] = {}
+        for path in sorted(arrays):
+            index.setdefault(path.rpartition("/")[2], []).append(path)
+        _NAME_INDEX.clear()
+        cached = _NAME_INDEX[id(arrays)] = (arrays, index)
+    return cached[1]
 
 
 def _near(arrays: dict, array: Array, axis: str, shape: tuple) -> str | None:
