@@ -5,6 +5,9 @@ values h5py reads at the same index, never more bytes than the plan counted from
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -87,3 +90,20 @@ def test_a_failure_reason_names_its_error_once():
     out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={"Error": "States.Timeout", "Cause": "late"}),
                          store=store)
     assert out["reason"] == "States.Timeout: late"
+
+
+def test_the_plan_is_the_same_in_every_process():
+    """Equal-sized variables (SMAP's AM / PM geolocation, CfRadial's fields) are chosen by path, not by the
+    order of a set: the plan step and `layoutlab plan` agree whatever the hash seed."""
+    names = ("products/SC_SPL3SMP_009_prefetch.nc4", "products/GEDI02_B_2019108080338_O01964_T05337_02_001_01_sub.h5",
+             "products/cfrad.20211011_223602.712_to_20211011_223612.091_DOW8_RHI.nc")
+    code = ("import json, sys, h5py; from layoutlab.structure import read_structure; "
+            "from layoutlab.pipeline.families import plan_families\n"
+            "out = []\n"
+            "for p in sys.argv[1:]:\n"
+            "    f = h5py.File(p, 'r'); out.append([c.to_dict() for c in plan_families(f, read_structure(f, p)).cases])\n"
+            "print(json.dumps(out))")
+    plans = [subprocess.run([sys.executable, "-c", code, *(str(CORPUS / n) for n in names)], check=True,
+                            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "2", "3")]
+    assert plans[0] == plans[1] == plans[2]

@@ -51,6 +51,11 @@ def _index(spec, shape, path) -> tuple:
     return tuple(out)
 
 
+def _whole(array) -> np.ndarray:
+    """All of a coordinate array, as float64 (an index of whole slices: what every reader's arrays take)."""
+    return np.asarray(array[tuple(slice(None) for _ in array.shape)], dtype="f8")
+
+
 class OpenList(GranuleOpenList):
     name = "open-list"
 
@@ -134,8 +139,8 @@ class Box(Pattern):
         if missing:
             raise PatternMismatch(f"{self.name}: missing {', '.join(missing)} (the plan gives them)")
         array = _array(handle, p["variable"])
-        lat = np.asarray(_array(handle, p["lat"])[...], dtype="f8")
-        lon = np.asarray(_array(handle, p["lon"])[...], dtype="f8")
+        lat = _whole(_array(handle, p["lat"]))
+        lon = _whole(_array(handle, p["lon"]))
         lat_axis, lon_axis = int(p["lat_axis"]), int(p["lon_axis"])
         if lat.ndim == 2:  # 2-D geolocation over axes (lat_axis, lon_axis) of the variable
             inside = ((lat >= p["lat_min"]) & (lat <= p["lat_max"]) & (lon >= p["lon_min"]) & (lon <= p["lon_max"]))
@@ -166,7 +171,7 @@ class RowSubset(Pattern):
     def select(self, handle, p):
         if not p["variables"] or p["coordinate"] is None or p["low"] is None or p["high"] is None:
             raise PatternMismatch(f"{self.name}: needs variables, a coordinate and a range (the plan gives them)")
-        coordinate = np.asarray(_array(handle, p["coordinate"])[...], dtype="f8")
+        coordinate = _whole(_array(handle, p["coordinate"]))
         rows = np.nonzero((coordinate >= p["low"]) & (coordinate <= p["high"]))[0]
         if rows.size == 0:
             raise PatternMismatch(f"no row with {p['low']:g} <= {p['coordinate']} <= {p['high']:g}")

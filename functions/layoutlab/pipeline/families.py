@@ -118,12 +118,13 @@ def _nbytes(array, index) -> int:
 
 
 def _variables(structure: Structure, units: list[Unit], count: int) -> tuple[list[str], str]:
-    data = sorted({v for u in units for v in u.variables}, key=lambda p: -structure.arrays[p].nbytes)
+    # (ties broken by path: the same plan in every process, whatever the set's order)
+    data = sorted({v for u in units for v in u.variables}, key=lambda p: (-structure.arrays[p].nbytes, p))
     if data:
         return data[:count], "largest data variables"
     coordinates = sorted({c for u in units for c in u.coordinates.values()
                           if len(structure.arrays[c].shape) >= 1 and structure.arrays[c].shape[0] > 1},
-                         key=lambda p: -structure.arrays[p].nbytes)
+                         key=lambda p: (-structure.arrays[p].nbytes, p))
     return coordinates[:count], "no data variable over these coordinates: the coordinates themselves"
 
 
@@ -148,8 +149,7 @@ def plan_families(f, structure: Structure, families=DEFAULT_FAMILIES, count: int
         if not variables:
             out.skipped.append(f"every family on {role}: no array of more than one value")
             continue
-        unit = next(u for u in units if set(variables) & set(u.variables)) if any(
-            set(variables) & set(u.variables) for u in units) else units[0]
+        unit = next((u for u in units if variables[0] in u.variables), units[0])  # the largest variable's
         planner = _table_cases if role in ("table", "timeseries") else _array_cases
         planner(f, structure, role, unit, variables, how, wanted, out)
     return out
