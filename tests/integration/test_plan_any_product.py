@@ -107,3 +107,17 @@ def test_the_plan_is_the_same_in_every_process():
                             capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
              for seed in ("1", "2", "3")]
     assert plans[0] == plans[1] == plans[2]
+
+
+def test_a_family_reading_more_than_the_ceiling_is_not_planned_and_says_why():
+    from layoutlab.ceilings import Ceilings
+    from layoutlab.pipeline import plan as plans
+    from layoutlab.pipeline.facts import dataset_facts
+
+    facts = dataset_facts(str(CORPUS / "products/TEMPO_NO2_L2_V03_20240601T211614Z_S012G02_subsetted.nc4"))
+    whole = next(c for c in facts.family_cases if c["pattern"] == "variable-read")
+    fitted = plans.fit_family_cases(facts, Ceilings(max_case_read_bytes=whole["read_bytes"] - 1))
+    assert "variable-read" not in {c["pattern"] for c in fitted.family_cases}
+    assert {"record-slice", "point-series"} <= {c["pattern"] for c in fitted.family_cases}
+    assert any(line.startswith("variable-read of product/vertical_column_stratosphere: reads 2,162,688 bytes")
+               for line in fitted.family_skipped), fitted.family_skipped

@@ -60,7 +60,9 @@ def dry_run(location: str, plan: dict) -> dict:
     from layoutlab.pipeline import plan as plans
     from layoutlab.pipeline.facts import dataset_facts
 
-    facts = dataset_facts(location, plan)
+    from layoutlab.ceilings import Ceilings
+
+    facts = plans.fit_family_cases(dataset_facts(location, plan), Ceilings())  # (this environment's defaults)
     if facts.kind == "other":
         from layoutlab.errors import BadInputFile
 

@@ -423,6 +423,18 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
     return cases
 
 
+def fit_family_cases(facts: DatasetFacts, ceilings: Ceilings) -> DatasetFacts:
+    """``facts`` without the family cases that would read more than ``max_case_read_bytes`` (a family that
+    cannot fit the file is not planned, and the skipped list says why; a named preset over the ceiling
+    still refuses the plan, pipeline/case_reads.py)."""
+    if not facts.family_cases:
+        return facts
+    kept = [c for c in facts.family_cases if c["read_bytes"] <= ceilings.max_case_read_bytes]
+    dropped = [f"{c['pattern']} of {c['variable']}: reads {c['read_bytes']:,} bytes, over max_case_read_bytes "
+               f"({ceilings.max_case_read_bytes:,})" for c in facts.family_cases if c not in kept]
+    return dataclasses.replace(facts, family_cases=tuple(kept), family_skipped=facts.family_skipped + tuple(dropped))
+
+
 def family_labels(family_cases) -> list[dict]:
     """The family cases, each with its ``label``: the family's name, numbered from the second case of the
     same family on (``column-read``, ``column-read:2``): what the case's id, RESULT key and report rows

@@ -95,7 +95,7 @@ def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings
     plan = plans.merge_plan(execution.plan, ceilings=settings.ceilings, input_bytes=size or None)
     # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
     # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
-    facts = run_guarded(dataset_facts, source_url, plan, path=source_url)
+    facts = plans.fit_family_cases(run_guarded(dataset_facts, source_url, plan, path=source_url), settings.ceilings)
     if facts.kind == "other":  # one line: what the file holds, and why no pattern reads it
         raise BadInputFile(source_url, (facts.structure or {}).get("why_not") or "layoutlab has no access patterns for it")
     platforms, substitutions = resolve_platforms(plan["platforms"], settings.platforms)
