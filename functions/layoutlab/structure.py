@@ -178,7 +178,7 @@ def _classify(array: Array, attrs) -> None:
             or (_LON_NAME.search(name) and units.lower().startswith("degree")) or name.lower() in ("lon", "longitude"):
         array.axis = "X"
     elif axis == "Z" or standard in ("altitude", "height", "air_pressure", "depth") or "positive" in attrs \
-            or (_Z_NAME.match(name) and len(array.shape) == 1):
+            or (_Z_NAME.match(name) and len(array.shape) == 1 and array.is_coordinate):  # (a track's "height" is data)
         array.axis = "Z"
     if array.axis in ("Y", "X") or (array.axis in ("T", "Z") and array.is_coordinate):
         array.is_coordinate = True
