@@ -54,6 +54,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 GRID_PATTERNS = ("timeseries-point", "map-timestep", "timeseries-region-mean", "map-time-mean")
 GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
+# the pattern families (bench/families.py) as the plan step fits them to each sample's structure
+# (pipeline/families.py; the samples themselves get the presets above, any other file these)
+FAMILY_PATTERNS = {"geos": ("variable-read", "record-slice", "point-series", "box"),
+                   "atl03": ("open-list", "column-read", "row-subset", "multi-variable")}
 LOW_MS, HIGH_MS = 25, 250
 # The 25 ms run may be slowed by other work on a shared machine (it only makes the difference smaller):
 # the difference must reach this share of the sequential round trips' added latency.
@@ -74,7 +78,7 @@ def _cannot(reader: str, sample: str, kind: str, pattern: str) -> str | None:
         return "h5coro cannot parse this NetCDF-4 grid's object headers (test_virtual_variants_local.py)"
     if reader == "h5coro" and kind != "original":
         return "h5coro cannot read superblock version 3 (every paged file)"
-    if reader == "xarray-h5netcdf" and sample == "atl03" and pattern == "granule-open-list":
+    if reader == "xarray-h5netcdf" and sample == "atl03" and pattern in ("granule-open-list", "open-list"):
         return ("h5netcdf refuses the ATL03 tree as a whole (dimension scales mixed with phony dimensions; "
                 "docs/bench-and-readers.md)")
     return None
@@ -173,13 +177,36 @@ class _RecordingHandle(H5pyHandle):
         return _Recorder(super().array(path), path.strip("/"), self.log)
 
 
+_FAMILY_PARAMS: dict = {}
+
+
+def family_params(source: Path, pattern: str) -> dict | None:
+    """The parameters the plan step gives ``pattern`` (a family) on this sample, its first case's; None for a
+    named pattern (its defaults are the published ones)."""
+    from layoutlab.bench.families import FAMILIES
+    from layoutlab.pipeline.families import plan_families
+    from layoutlab.structure import read_structure
+
+    if pattern not in FAMILIES:
+        return None
+    if source not in _FAMILY_PARAMS:
+        with h5py.File(source, "r") as f:
+            _FAMILY_PARAMS[source] = {}
+            for case in plan_families(f, read_structure(f, str(source))).cases:
+                _FAMILY_PARAMS[source].setdefault(case.pattern, case.params)
+    assert pattern in _FAMILY_PARAMS[source], f"{pattern} is not planned on {source}"
+    return _FAMILY_PARAMS[source][pattern]
+
+
 def touched(source: Path, pattern: str) -> list[tuple[str, tuple]]:
     """[(array path, ((start, stop) per axis))] the pattern reads, found by running it on the local file."""
+    from layoutlab.bench.patterns import get_pattern
+
     with h5py.File(source, "r") as f:
         handle = _RecordingHandle("hdf5", f)
         handle.log = []
-        p = PATTERNS[pattern]
-        params = p.params(None)
+        p = get_pattern(pattern)
+        params = p.params(family_params(source, pattern))
         p.load(handle, p.select(handle, params))
         return handle.log
 
@@ -337,7 +364,7 @@ def _matrix():
     rows = []
     turn = 0
     for sample, kinds in KINDS.items():
-        patterns = GRID_PATTERNS if sample == "geos" else GRANULE_PATTERNS
+        patterns = (GRID_PATTERNS if sample == "geos" else GRANULE_PATTERNS) + FAMILY_PATTERNS[sample]
         for kind in kinds:
             for reader in _readers_of(kind):
                 if FULL_MATRIX:
@@ -353,7 +380,8 @@ def _matrix():
 
 def test_the_suites_matrix_runs_every_pattern():
     ran = {(sample, pattern) for _, sample, _, pattern in (p.values for p in _matrix())}
-    assert ran >= {("geos", p) for p in GRID_PATTERNS} | {("atl03", p) for p in GRANULE_PATTERNS}
+    assert ran >= {("geos", p) for p in GRID_PATTERNS + FAMILY_PATTERNS["geos"]} | {
+        ("atl03", p) for p in GRANULE_PATTERNS + FAMILY_PATTERNS["atl03"]}
 
 
 def test_the_matrix_covers_every_reader_and_variant_kind():
@@ -407,7 +435,8 @@ def test_every_byte_crosses_the_link(variants, needed_cache, reader, sample, kin
             break
         latency = LOW_MS if which == "low" else high_ms
         record = run_case({"target": variants[(sample, kind)]["url"], "pattern": pattern, "reader": reader,
-                           "variant": kind, "latency_ms": latency, "bandwidth_mbps": 0})
+                           "variant": kind, "latency_ms": latency, "bandwidth_mbps": 0,
+                           "params": family_params(variants["samples"][sample], pattern)})
         assert record["status"] == "ok", record["error"]
         assert validate_record(record) == []
         assert record["checksum_ok"] in (True, None)

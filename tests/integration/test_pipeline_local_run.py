@@ -63,8 +63,9 @@ def run(local_cloud, tmp_path_factory):
     empty = work / "empty.h5"
     empty.write_bytes(b"")
     flat = work / "flat.h5"
-    with h5py.File(flat, "w") as f:
-        f["values"] = np.arange(10.0)
+    with h5py.File(flat, "w") as f:  # names only: no numeric array for any pattern to read
+        f["names"] = np.array([b"a", b"b"])
+        f["scalar"] = 1.5
 
     pipeline = LocalPipeline(local_cloud)
     pipeline.setup()
@@ -153,7 +154,8 @@ def test_bad_uploads_become_failure_items_with_reasons(run):
     assert final[flat["dataset_id"]] == "FAILED"
     [failure] = items(pipeline, flat, "FAILURE")
     assert failure["stage"] == "plan"
-    assert "neither a gridded" in failure["reason"]
+    assert "holds no numeric array to read (1 numeric array of one value or none, 1 dataset of strings" in failure["reason"]
+    assert "UserError: UserError" not in failure["reason"]
     [run_item] = items(pipeline, flat, "RUN")
     assert run_item["status"] == "FAILED"
 

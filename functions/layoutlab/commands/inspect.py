@@ -64,6 +64,10 @@ def register(subparsers) -> None:
              "page is the power of two that pads the file least among those that hold the metadata in half "
              "the allowed GETs and every chunk; its estimated size change is printed with it",
     )
+    parser.add_argument("--structure", action="store_true",
+                        help="print what the file holds by structure instead (grids, swaths, tables, radar "
+                             "volumes, station series: each with its dimensions, coordinates and data arrays), "
+                             "the model the plan step fits access patterns to; with --json, as JSON")
     check = parser.add_argument_group("cloud-readiness check")
     check.add_argument("--check", action="store_true", help="pass/fail each FILE against the rules below")
     check.add_argument("--min-chunk", metavar="SIZE", default=None,
@@ -92,6 +96,13 @@ def run(args) -> int:
                         "use --check to check several")
     from layoutlab.formats.inspect import RECOMMENDED_PAGE_SIZE, format_report, inspect_file
     from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
+
+    if args.structure:
+        from layoutlab.structure import file_structure
+
+        structure = run_guarded(file_structure, args.files[0], path=args.files[0])
+        print(json.dumps(structure.to_dict(), indent=2) if args.json else "\n".join(structure.summary_lines()))
+        return 0
 
     page_size = _size(args.page_size, "--page-size") if args.page_size else RECOMMENDED_PAGE_SIZE
     location = args.files[0]

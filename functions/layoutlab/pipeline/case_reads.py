@@ -34,6 +34,13 @@ def declared_read_bytes(pattern: str, params: dict, facts) -> tuple[int, str] | 
     shapes), or None when the plan step cannot know (another variable, a box of coordinates)."""
     if pattern == "granule-open-list":
         return 0, "metadata only"
+    if getattr(facts, "family_cases", ()):  # a family case: its bytes counted at plan time from the declared shapes
+        from layoutlab.pipeline.plan import family_labels
+
+        for case in family_labels(facts.family_cases):
+            if case["label"] == pattern:
+                return case["read_bytes"], f"{case['variable']} (declared shape)"
+        return None
     variable = params.get("variable")
     if facts.kind == "grid" and facts.grid_shape:
         if variable not in (None, facts.variable):

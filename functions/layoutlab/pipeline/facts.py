@@ -1,34 +1,25 @@
-"""What the plan step must know about a dataset: a grid or a granule, and its main array.
+"""What the plan step must know about a dataset: a sample's shape, or any file's structure.
 
-Read from the file itself (h5py over a local path or s3fs), touching metadata
-only: a gridded dataset is one whose largest floating-point array is 3-D with
-1-D coordinate scales (time, lat, lon in NetCDF terms); a granule is an
-ICESat-2-like file with beam groups holding ``heights/h_ph``.
+Read from the file itself (h5py over a local path or s3fs), touching metadata and small coordinate
+arrays only. Two shapes keep today's named patterns (the presets of the published comparisons,
+``bench/patterns.py``): a grid whose largest floating-point array is 3-D (time, lat, lon) with 1-D
+``lat`` / ``lon`` coordinates covering the presets' Seattle point and Ohio box, and an
+ICESat-2-like granule with beam groups holding ``heights/h_ph``. Any other file gets the pattern
+families of ``bench/families.py``, planned from its structure model (``layoutlab/structure.py``,
+``pipeline/families.py``).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from layoutlab.errors import BadInputFile
 from layoutlab.pipeline.plan import DatasetFacts
-from layoutlab.storage import is_s3_url, s3fs_filesystem
+from layoutlab.structure import open_location
 
 BEAM_NAMES = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
 
-@contextmanager
-def _open(location: str):
-    from layoutlab.hdf5_input import open_input
-
-    if is_s3_url(location):
-        fs = s3fs_filesystem(for_url=location)
-        with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
-            with open_input(stream, location) as f:
-                yield f
-    else:
-        with open_input(location) as f:
-            yield f
+# (the one way the plan step opens an upload: structure.open_location)
+_open = open_location
 
 
 def _dimension_names(dataset) -> tuple[str, ...]:
@@ -39,7 +30,27 @@ def _dimension_names(dataset) -> tuple[str, ...]:
     return tuple(names)
 
 
-def dataset_facts(location: str) -> DatasetFacts:
+def _presets_fit(f, dataset) -> bool:
+    """True when the grid presets (bench/patterns.py: lat / lon named so, Seattle point, Ohio box) fit this
+    3-D array: its last two axes are as long as 1-D ``lat`` and ``lon`` whose ranges hold them."""
+    import h5py
+    import numpy as np
+
+    from layoutlab.bench.patterns import TimeseriesPoint, TimeseriesRegionMean
+
+    lat, lon = f.get("lat"), f.get("lon")
+    if not (isinstance(lat, h5py.Dataset) and isinstance(lon, h5py.Dataset) and lat.ndim == 1 and lon.ndim == 1
+            and dataset.shape[1:] == (lat.shape[0], lon.shape[0])):
+        return False
+    lat_values, lon_values = np.asarray(lat[...], dtype="f8"), np.asarray(lon[...], dtype="f8")
+    point, box = TimeseriesPoint.defaults, TimeseriesRegionMean.defaults
+    return bool(lat_values.min() <= min(point["lat"], box["lat_min"]) and lat_values.max() >= max(point["lat"], box["lat_max"])
+                and lon_values.min() <= min(point["lon"], box["lon_min"]) and lon_values.max() >= max(point["lon"], box["lon_max"]))
+
+
+def dataset_facts(location: str, plan: dict | None = None) -> DatasetFacts:
+    """The facts of the file at ``location``; for any other file than the presets' shapes, the family cases
+    ``plan`` asks for (``families``: patterns, variables, roles; the default plan's when None)."""
     import h5py
 
     from layoutlab.hdf5_input import data_outside_file
@@ -65,11 +76,40 @@ def dataset_facts(location: str) -> DatasetFacts:
                     candidates.append((obj.size, name, obj))
 
             f.visititems(visit)
-            if not candidates:
-                return DatasetFacts(kind="other")
-            _, name, dataset = max(candidates, key=lambda c: c[0])
-            return DatasetFacts(kind="grid", grid_shape=tuple(int(n) for n in dataset.shape),
-                                dims=_dimension_names(dataset), itemsize=dataset.dtype.itemsize,
-                                variable=name)
+            if candidates:
+                _, name, dataset = max(candidates, key=lambda c: c[0])
+                if _presets_fit(f, dataset):
+                    return DatasetFacts(kind="grid", grid_shape=tuple(int(n) for n in dataset.shape),
+                                        dims=_dimension_names(dataset), itemsize=dataset.dtype.itemsize,
+                                        variable=name)
+            return structure_facts(f, location, plan)
     except OSError as error:
         raise BadInputFile(location, f"cannot be read as HDF5: {str(error).splitlines()[0]}") from None
+
+
+def structure_facts(f, location: str, plan: dict | None = None) -> DatasetFacts:
+    """Facts of a file of any structure: its role and the family cases planned for it (kind ``other`` and
+    no cases when it holds no numeric array to read; ``structure.describe`` says what it holds)."""
+    from layoutlab.pipeline import plan as plans
+    from layoutlab.pipeline.families import plan_families
+    from layoutlab.structure import read_structure
+
+    structure = read_structure(f, location)
+    families, variables, roles = plans.family_settings(plan or plans.default_plan())
+    planned = plan_families(f, structure, families, variables, roles)
+    readable = [c for c in planned.cases if c.pattern != "open-list"]
+    model = structure.to_dict()
+    # (bounded for the run's record: a unit's first variables, the first units)
+    units = [{**u, "variables": u["variables"][:8], "variable_count": len(u["variables"])} for u in model["units"][:20]]
+    record = {"role": structure.role, "units": units, "unit_count": len(model["units"]), "arrays": len(model["arrays"]),
+              "non_numeric_datasets": structure.non_numeric, "groups": structure.groups}
+    if not readable:
+        reason = (structure.describe() if structure.role == "metadata-only"
+                  else "no pattern family fits it: " + "; ".join(planned.skipped[:3]))
+        return DatasetFacts(kind="other", role=structure.role, structure={**record, "why_not": reason},
+                            family_skipped=tuple(planned.skipped))
+    # (kind "structure", never a role's name: a grid of any shape is not the grid the presets and the
+    # grid-only variants are for)
+    return DatasetFacts(kind="structure", role=structure.role, structure=record,
+                        family_cases=tuple(c.to_dict() for c in planned.cases),
+                        family_skipped=tuple(planned.skipped))

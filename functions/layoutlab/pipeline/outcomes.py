@@ -77,8 +77,10 @@ def record_failure(failure: FailureInput, *, store) -> dict:
     except (ValueError, AttributeError):
         pass
     detail = (failure.case or {}).get("case_id") or (failure.execution_id or "").rsplit(":", 1)[-1] or "pipeline"
-    reason = f"{error.get('Error', 'Error')}: {cause}".strip()
-    if error.get("Error") in TIMEOUT_ERRORS:  # (the platform's words say neither what ran nor why it stopped)
+    name = error.get("Error", "Error")
+    # a task's own message may already start with its error's name ("UserError: ..."): named once
+    reason = (cause if str(cause).startswith(f"{name}: ") else f"{name}: {cause}").strip()
+    if name in TIMEOUT_ERRORS:  # (the platform's words say neither what ran nor why it stopped)
         reason += f" (the {stage} step ran past its time limit and was stopped)"
     url = _upload_url(failure.source)
     if url and url not in reason:  # every FAILURE names the upload (issue 36: a timeout named neither key nor reason)

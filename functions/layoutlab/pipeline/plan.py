@@ -234,13 +234,39 @@ def case_bound(plan: dict) -> tuple[int, str]:
                    f"{platforms} platforms" + (f" + {scaling_cases:,} scaling.workers cases" if scaling else "")
                    + f") for a {kind}")
             best = (total, how)
+    # any other file: the variants that apply to every file, at most family_bound cases each (no scaling study)
+    formats = _variant_formats(plan, "any")  # (no variant applies_to "any": only those for every file)
+    readers = {f: len([r for r in _for_kind(plan["readers"], f) if r in READERS_BY_FORMAT[f]]) for f in READERS_BY_FORMAT}
+    family_cases = family_bound(plan) * platforms * sum(readers[f] for f in formats)
+    if rounds * family_cases > best[0]:
+        best = (rounds * family_cases, f"{rounds} repetitions x ({family_cases:,} cases of {len(formats)} variants x "
+                                       f"up to {family_bound(plan)} family patterns x readers x {platforms} platforms) "
+                                       "for a file of any other structure")
     return best
+
+
+def family_settings(plan: dict) -> tuple[tuple[str, ...], int, int]:
+    """(families, variables per role, roles) a plan asks for a file of any structure."""
+    from layoutlab.pipeline.families import DEFAULT_FAMILIES, DEFAULT_ROLES, DEFAULT_VARIABLES
+
+    given = plan.get("families") or {}
+    return (tuple(given.get("patterns") or DEFAULT_FAMILIES), int(given.get("variables") or DEFAULT_VARIABLES),
+            int(given.get("roles") or DEFAULT_ROLES))
+
+
+def family_bound(plan: dict) -> int:
+    """The most family cases one file gets (per variant, reader and platform): the open-list, then per role
+    its variables' whole reads and one case of each other family."""
+    families, variables, roles = family_settings(plan)
+    others = len([f for f in families if f not in ("open-list", "variable-read", "column-read")])
+    reads = variables if {"variable-read", "column-read"} & set(families) else 0
+    return int("open-list" in families) + roles * (reads + others)
 
 
 def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = None) -> None:
     """Raise ``CeilingError`` naming the field, the estimate and the ceiling when ``plan`` (for an input
     of ``input_bytes``, when known) asks for more than this environment allows."""
-    variants = max(len(_variant_formats(plan, kind)) for kind in DATASET_KINDS)
+    variants = max(len(_variant_formats(plan, kind)) for kind in (*DATASET_KINDS, "any"))
     if variants > ceilings.max_variants:
         raise ceiling_over("variants", "a count of", variants, "max_variants", ceilings.max_variants)
     for field in ("repetitions", "max_repetitions"):
@@ -274,7 +300,7 @@ def check_dataset_ceilings(plan: dict, specs: list[dict], facts: DatasetFacts, c
 class DatasetFacts:
     """What the plan step needs to know of a dataset (from inspection)."""
 
-    kind: str  # "grid" | "granule" | "other"
+    kind: str  # "grid" | "granule" (the samples' shapes) | "structure" (any other file) | "other"
     grid_shape: tuple[int, int, int] | None = None  # (time, lat, lon) of the main variable
     dims: tuple[str, str, str] = ("time", "lat", "lon")
     itemsize: int = 4
@@ -284,6 +310,12 @@ class DatasetFacts:
     beam_elements: int = 0
     beam_bytes: int = 0
     beam_lat_bytes: int = 0
+    # any other file: its role (structure.py) and the family cases planned from its structure
+    # (pipeline/families.py: each {"pattern", "params", "role", "variable", "why", "read_bytes"})
+    role: str | None = None
+    family_cases: tuple = ()
+    family_skipped: tuple = ()
+    structure: dict | None = None  # the structure model's units, for the run's record
 
     def pattern_params(self) -> dict:
         """Parameters every pattern of this dataset needs (which variable, which beam)."""
@@ -331,9 +363,10 @@ def case_id(variant: str, pattern: str, reader: str, platform: str, repetition: 
 
 
 def repeat_case(case: BenchCase, repetition: int) -> BenchCase:
-    """``case`` once more, as repetition ``repetition`` (its id, hence its RESULT key, follows)."""
+    """``case`` once more, as repetition ``repetition`` (its id, hence its RESULT key, follows; only the
+    repetition part changes, so a family case's numbered pattern and a scaling worker's id are kept)."""
     return dataclasses.replace(case, repetition=repetition,
-                               case_id=case_id(case.variant, case.pattern, case.reader, case.platform, repetition))
+                               case_id=f"{case.case_id.rsplit('#', 1)[0]}#{repetition:03d}")
 
 
 def repetition_schedule(plan: dict) -> Schedule:
@@ -361,15 +394,20 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
     reader runs only on the format it reads, a pattern only on the kind of
     dataset it fits (a beam read needs a granule).
     """
-    patterns = [p for p in _for_kind(plan["patterns"], facts.kind)
-                if p in (GRID_PATTERNS if facts.kind == "grid" else GRANULE_PATTERNS)]
+    if facts.kind in DATASET_KINDS:
+        planned = [(p, p, None) for p in _for_kind(plan["patterns"], facts.kind)
+                   if p in (GRID_PATTERNS if facts.kind == "grid" else GRANULE_PATTERNS)]
+    else:  # any other file: the family cases planned from its structure (facts.family_cases)
+        planned = [(c["label"], c["pattern"], c["params"]) for c in family_labels(facts.family_cases)]
     cases = []
     for repetition in range(plan.get("repetitions", 1)):
         for variant in variants:
             readers = _for_kind(plan["readers"], variant["format"])
             known = READERS_BY_FORMAT.get(variant["format"], ())
             options = kinds.get(variant["kind"]).reader_options(variant) or None
-            for pattern in patterns:
+            for pattern, family, family_params in planned:
+                params = family_params if family_params is not None else {
+                    **_known_params(pattern, facts.pattern_params()), **plan.get("pattern_params", {}).get(pattern, {})}
                 for reader in (r for r in readers if r in known):
                     for platform in plan["platforms"]:
                         kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
@@ -378,12 +416,37 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
                             dataset_id=dataset_id, dataset=dataset_id, variant=variant["name"],
                             format=variant["format"], target=variant["uri"], pattern=pattern, reader=reader,
                             platform=platform, platform_kind=kind, repetition=repetition,
-                            params={**_known_params(pattern, facts.pattern_params()),
-                                    **plan.get("pattern_params", {}).get(pattern, {})},
+                            params=dict(params),
                             reader_options=options,
                         ).to_event())
         cases += _scaling_cases(plan, facts, dataset_id, variants, repetition)
     return cases
+
+
+def fit_family_cases(facts: DatasetFacts, ceilings: Ceilings) -> DatasetFacts:
+    """``facts`` without the family cases that would read more than ``max_case_read_bytes`` (a family that
+    cannot fit the file is not planned, and the skipped list says why; a named preset over the ceiling
+    still refuses the plan, pipeline/case_reads.py)."""
+    if not facts.family_cases:
+        return facts
+    kept = [c for c in facts.family_cases if c["read_bytes"] <= ceilings.max_case_read_bytes]
+    dropped = [f"{c['pattern']} of {c['variable']}: reads {c['read_bytes']:,} bytes, over max_case_read_bytes "
+               f"({ceilings.max_case_read_bytes:,})" for c in facts.family_cases if c not in kept]
+    return dataclasses.replace(facts, family_cases=tuple(kept), family_skipped=facts.family_skipped + tuple(dropped))
+
+
+def family_labels(family_cases) -> list[dict]:
+    """The family cases, each with its ``label``: the family's name, numbered from the second case of the
+    same family on (``column-read``, ``column-read:2``): what the case's id, RESULT key and report rows
+    carry, so two variables read by one family stay two comparisons (bench/patterns.get_pattern reads
+    the family back from the label)."""
+    seen: dict[str, int] = {}
+    out = []
+    for case in family_cases:
+        seen[case["pattern"]] = seen.get(case["pattern"], 0) + 1
+        n = seen[case["pattern"]]
+        out.append({**case, "label": case["pattern"] if n == 1 else f"{case['pattern']}:{n}"})
+    return out
 
 
 def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: list[dict], repetition: int) -> list[dict]:
@@ -395,7 +458,7 @@ def _scaling_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: l
     aggregate throughput against N.
     """
     scaling = plan.get("scaling")
-    if not scaling:
+    if not scaling or facts.kind not in DATASET_KINDS:  # (slab-read's default variable is a sample's)
         return []
     chosen = set(scaling.get("variants") or [v["name"] for v in variants])
     cases = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from layoutlab import kinds
 from layoutlab import settings as variables
 from layoutlab.ceilings import Ceilings
-from layoutlab.errors import UserError
+from layoutlab.errors import BadInputFile, UserError
 from layoutlab.guard import run_guarded
 from layoutlab.pipeline import plan as plans
 from layoutlab.pipeline.case_reads import check_case_reads
@@ -95,10 +95,9 @@ def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings
     plan = plans.merge_plan(execution.plan, ceilings=settings.ceilings, input_bytes=size or None)
     # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
     # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
-    facts = run_guarded(dataset_facts, source_url, path=source_url)
-    if facts.kind == "other":
-        raise UserError(f"{source_url}: holds neither a gridded (time, lat, lon) array nor ICESat-2-like beams; "
-                        "layoutlab has no access patterns for it")
+    facts = plans.fit_family_cases(run_guarded(dataset_facts, source_url, plan, path=source_url), settings.ceilings)
+    if facts.kind == "other":  # one line: what the file holds, and why no pattern reads it
+        raise BadInputFile(source_url, (facts.structure or {}).get("why_not") or "layoutlab has no access patterns for it")
     platforms, substitutions = resolve_platforms(plan["platforms"], settings.platforms)
     plan = {**plan, "platforms": platforms}
 
@@ -147,7 +146,11 @@ def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings
         concurrency["bench"] = min(concurrency["bench"], plan["max_concurrency"])
     grid = ({"grid_shape": list(facts.grid_shape), "grid_itemsize": facts.itemsize, "grid_variable": facts.variable}
             if facts.grid_shape else {})  # the model in report/model.py predicts chunk shapes from these
-    store.update_run(dataset_id, kind_of_data=facts.kind, variants=[s["name"] for s in produced],
+    if facts.structure:  # what the file holds and which family cases read it (structure.py, pipeline/families.py)
+        grid = {**grid, "structure": facts.structure,
+                "family_cases": [{k: c[k] for k in ("label", "role", "variable", "why")} for c in plans.family_labels(facts.family_cases)],
+                "family_skipped": list(facts.family_skipped)}
+    store.update_run(dataset_id, kind_of_data=facts.role or facts.kind, variants=[s["name"] for s in produced],
                      cases=len(cases), rounds=1, platforms=platforms, platform_substitutions=substitutions, **grid)
     return PlanOutput(
         convert_tasks=convert_tasks,

@@ -1,0 +1,50 @@
+"""The two samples' case lists, pinned: patterns generalised to any product must leave them as they were.
+
+``data/sample_case_lists.json`` was written from the code before the structure model existed (the
+GEOS-like grid and the ATL03-like granule, small, through ``dataset_facts`` and the demo and default
+plans). Published comparisons (Nguyen et al., NSIDC) keep their numbers only if the cases stay the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from layoutlab.pipeline import plan as plans
+from layoutlab.pipeline.facts import dataset_facts
+from layoutlab.samples.atl03 import write_atl03
+from layoutlab.samples.geos import write_geos
+
+PINNED = Path(__file__).parent / "data" / "sample_case_lists.json"
+
+
+def _case_keys(plan_name: str, path: Path) -> list[list]:
+    plan = plans.merge_plan(None if plan_name == "default" else json.loads(
+        (Path(plans.__file__).parent / f"{plan_name}_plan.json").read_text()))
+    facts = dataset_facts(str(path))
+    specs = [{**s, "uri": f"s3://out/{s['name']}"} for s in plans.variant_specs(plan, facts)]
+    cases = plans.expand_cases(plan, facts, "d1", specs)
+    return [[c["variant"], c["pattern"], c["reader"], c["platform"], c["repetition"],
+             json.dumps(c["params"], sort_keys=True)] for c in cases]
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    root = tmp_path_factory.mktemp("samples")
+    return {"geos": write_geos(root / "geos.nc", shape=(24, 19, 36)),
+            "atl03": write_atl03(root / "atl03.h5", photons=2000, chunk=500)}
+
+
+def current_lists(samples) -> dict:
+    return {f"{sample}/{plan}": _case_keys(plan, path)
+            for sample, path in samples.items() for plan in ("demo", "default")}
+
+
+def test_the_two_samples_case_lists_are_unchanged(samples):
+    pinned = json.loads(PINNED.read_text())
+    now = current_lists(samples)
+    assert sorted(now) == sorted(pinned)
+    for key in pinned:
+        assert now[key] == pinned[key], key
