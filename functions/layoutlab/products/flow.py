@@ -70,7 +70,7 @@ def plan_granule(execution, *, s3, store, settings):
         return plan_dataset(execution, s3=s3, store=store, settings=settings)
     name, named_by, signature = found
     admission = state.admit(store, name, execution.dataset_id, size=size, signature=signature, named_by=named_by,
-                            settings=state.ProductSettings.from_plan(plan))
+                            settings=state.ProductSettings.from_plan(plan), plan=plan)
     if admission.role == "study":
         output = plan_dataset(execution, s3=s3, store=store, settings=settings)
     else:
@@ -114,7 +114,11 @@ def plan_production(execution, admission: state.Admission, plan: dict, *, s3, st
     plans.check_dataset_ceilings(plan, [spec], facts, settings.ceilings)
     convert_on = "fargate" if size > settings.fargate_convert_above_bytes else "lambda"
     convert_tasks = []
-    if kinds.get(spec["kind"]).converted:
+    if not kinds.get(spec["kind"]).converted:  # the product keeps its granules as shipped: nothing to write
+        spec = {**spec, "uri": source_url}
+        store.put_variant(dataset_id, spec["name"], uri=source_url, format=spec["format"],
+                          variant_kind=spec["kind"], size_bytes=size, status="READY", convert_s=0.0)
+    else:
         convert_tasks.append(replace(ConvertTask(dataset_id=dataset_id, source=source, variant=spec), phase="whole",
                                      convert_on=convert_on))
     cases_ref = CaseList(key=None, count=0, round=1, planned=0)
@@ -156,8 +160,8 @@ def finish_production(dataset_id: str, items: list[dict], *, store) -> dict | No
     if run.get("product_role") != "production":
         return None
     product = run["product"]
-    variants = [i for i in items if i.get("kind") == "VARIANT" and i.get("variant_kind") != "original"]
-    made = next(iter(variants), None)
+    wanted = (run.get("variants") or [None])[0]  # the product's variant, as the plan step resolved it
+    made = next((i for i in items if i.get("kind") == "VARIANT" and i.get("variant") == wanted), None)
     now = state.now()
     if made is None or made.get("status") != "READY":
         reason = (made or {}).get("reason") or "the convert step recorded no variant"

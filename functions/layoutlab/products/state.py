@@ -103,14 +103,17 @@ def products(store) -> list[dict]:
     return [i for i in store.items(kind="PRODUCT")]
 
 
-def ensure_product(store, name: str, *, signature: str | None, named_by: str, settings: ProductSettings) -> dict:
-    """The product's item, created (state studying, round 1) when the product is new."""
+def ensure_product(store, name: str, *, signature: str | None, named_by: str, settings: ProductSettings,
+                   plan: dict | None = None) -> dict:
+    """The product's item, created (state studying, round 1) when the product is new; ``plan`` is the plan of
+    its first granule (what a backfill resolves the product's variant with)."""
     item = {PK: product_pk(name), SK: "PRODUCT", "kind": "PRODUCT", "product": name, "state": STUDYING,
             "signature": signature, "named_by": named_by, "study_round": 1, "study_slots": 0,
             "study_granules": settings.study_granules, "check_every": settings.check_every,
             "drift_tolerance": settings.drift_tolerance, "studying": [], "studied": [],
             "granules": 0, "study_count": 0, "production_granules": 0, "checks": 0, "failed_granules": 0,
-            "bytes_in": 0, "bytes_out": 0, "convert_s": 0, "decision": None, "history": [], "created": now()}
+            "bytes_in": 0, "bytes_out": 0, "convert_s": 0, "decision": None, "history": [], "created": now(),
+            "plan": plan}
     try:
         store.table.put_item(Item=to_dynamo(item), ConditionExpression="attribute_not_exists(pk)")
     except store.table.meta.client.exceptions.ConditionalCheckFailedException:
@@ -149,11 +152,12 @@ def _transact(store, product_update: dict, granule: dict) -> str | None:
 
 
 def admit(store, name: str, dataset_id: str, *, size: int, signature: str | None, named_by: str,
-          settings: ProductSettings) -> Admission:
+          settings: ProductSettings, checks: bool = True, study: bool = True, plan: dict | None = None) -> Admission:
     """Admit one granule into its product: a study slot while the product is studying and has one free,
     else (decided) the next production number, every ``check_every``-th of which is a drift check.
-    Raises ProductStudying when the study is full and undecided."""
-    product = ensure_product(store, name, signature=signature, named_by=named_by, settings=settings)
+    Raises ProductStudying when the study is full and undecided. A backfill admits with ``checks`` off (no
+    benchmark inside a batch) and ``study`` off (an archive is converted by a decided product only)."""
+    product = ensure_product(store, name, signature=signature, named_by=named_by, settings=settings, plan=plan)
     for _ in range(_ATTEMPTS):
         existing = get_granule(store, name, dataset_id)
         if existing is not None:
@@ -165,6 +169,10 @@ def admit(store, name: str, dataset_id: str, *, size: int, signature: str | None
                                         f"is {product['signature']})", by="layoutlab")
             continue
         round_ = int(product["study_round"])
+        if product["state"] == STUDYING and not study:
+            raise ProductError(f"product {name!r} is not decided (state studying, round {round_}): granule "
+                               f"{dataset_id} is not converted; study the product first, or 'layoutlab product "
+                               f"decide {name} --variant V'")
         if product["state"] == STUDYING:
             slots, limit = int(product["study_slots"]), int(product["study_granules"])
             if slots >= limit:
@@ -185,7 +193,7 @@ def admit(store, name: str, dataset_id: str, *, size: int, signature: str | None
                 return Admission(name, "study", slots + 1, product)
             continue
         number = int(product["production_granules"]) + 1
-        role = "check" if number % int(product["check_every"]) == 0 else "production"
+        role = "check" if checks and number % int(product["check_every"]) == 0 else "production"
         failed = _transact(store, {
             "Key": {PK: product_pk(name), SK: "PRODUCT"},
             "UpdateExpression": "SET production_granules = :number, granules = granules + :one, "
