@@ -105,7 +105,7 @@ def test_production_granules_count_bytes_and_a_drifting_check_sends_the_product_
     settings = _study(store, "P")
     first = state.admit(store, "P", "p1", size=100, signature="sig-x", named_by="uploader", settings=settings)
     assert first.role == "production"
-    store.put_run("p1", product="P", product_role="production", study_round=1)
+    store.put_run("p1", product="P", product_role="production", study_round=1, variants=["paged"])
     store.put_variant("p1", "paged", variant_kind="repack-paged", status="READY", size_bytes=90, convert_s=1.5,
                       uri="s3://out/products/P/p1/paged.h5")
     done = flow.finish_production("p1", store.items(dataset="p1"), store=store)
@@ -131,3 +131,36 @@ def test_a_failed_study_granule_frees_its_slot(store):
         state.admit(store, "P", "g1", size=1, signature=None, named_by="uploader", settings=settings)
     flow.after_failure("g0", "convert: boom", store=store)
     assert state.admit(store, "P", "g1", size=1, signature=None, named_by="uploader", settings=settings).role == "study"
+
+
+def test_the_estimate_scales_the_measured_conversion_and_prices_the_study_and_storage(store, capsys, monkeypatch):
+    from layoutlab.commands import product as command
+    from layoutlab.products import estimate
+    from layoutlab.report.cost import load_prices
+
+    settings = _study(store, "P")
+    store.put_result({"dataset": "g0", "variant": "original", "pattern": "a", "reader": "r", "platform": "lambda-1024",
+                      "repetition": 0, "wall_s": 2.0})
+    store.put_variant("g0", "paged", variant_kind="repack-paged", status="READY", size_bytes=110, source_bytes=100,
+                      convert_s=4.0, platform="lambda-1024")
+    state.admit(store, "P", "p1", size=1000, signature="sig-x", named_by="uploader", settings=settings)
+    store.put_run("p1", product="P", product_role="production", study_round=1, variants=["paged"])
+    store.put_variant("p1", "paged", variant_kind="repack-paged", status="READY", size_bytes=900, convert_s=10.0,
+                      platform="lambda-2048", uri="s3://out/products/P/p1/paged.h5")
+    flow.finish_production("p1", store.items(dataset="p1"), store=store)
+    prices = load_prices()
+    found = estimate.product_estimate(state.get_product(store, "P"), state.granules(store, "P"),
+                                      {d: store.items(dataset=d) for d in ("g0", "g1")}, count=1000,
+                                      granule_bytes=2000, prices=prices)
+    gb_s = prices["lambda"]["usd_per_gb_second"]
+    assert found["conversion"]["seconds_per_granule"] == pytest.approx(20.0)  # 10 s per 1,000 bytes, measured
+    assert found["conversion"]["output_ratio"] == pytest.approx(0.9)
+    assert found["conversion"]["usd"] == pytest.approx(1000 * (2 * 20 * gb_s + 0.2e-6))
+    study = (4.0 * gb_s + 0.2e-6) + (1 * 2.0 * gb_s + 0.2e-6)  # the study's conversion and its one case
+    assert found["study_usd"] == pytest.approx(study)
+    assert found["drift_checks"]["granules"] == 500
+    assert found["storage_usd_per_month"]["converted"] == pytest.approx(
+        0.9 * found["storage_usd_per_month"]["originals"])
+    monkeypatch.setattr(command, "_store", lambda args: store)
+    assert cli.main(["estimate", "--product", "P", "--granules", "1000", "--granule-size", "2000"]) == 0
+    assert "product P: 1000 granules" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import sys
 
@@ -28,6 +29,12 @@ def register(subparsers) -> None:
     decide.add_argument("--variant", required=True, help="a variant measured in the product's study")
     decide.add_argument("--reason", default="", help="why (kept in the decision history)")
     decide.add_argument("--by", help="who decides (default: the OS user; with --aws the caller's ARN)")
+    estimate = actions.add_parser("estimate", help="$ of the study, of converting an archive, storage before and after")
+    estimate.add_argument("name")
+    estimate.add_argument("--granules", type=int, required=True, help="granules in the archive")
+    estimate.add_argument("--granule-size", required=True, help="bytes per granule (e.g. 120MiB)")
+    estimate.add_argument("--prices", help="price file (default: the dated us-east-1 file)")
+    estimate.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 
 
@@ -70,6 +77,8 @@ def run(args) -> int:
         last = item["history"][-1]
         sys.stdout.write(f"{args.name}: {last['event']} {args.variant} by {last['by']} ({item['state']})\n")
         return 0
+    if args.action == "estimate":
+        return print_estimate(store, args)
     item = state.require_product(store, args.name)
     granules = state.granules(store, args.name)
     if args.json:
@@ -85,4 +94,20 @@ def run(args) -> int:
         sys.stdout.write(f"  {granule['dataset']}: {granule['role']} #{granule['number']} {granule['status']}"
                          + (f" ratio {granule['ratio']:.3g}" if granule.get("ratio") is not None else "")
                          + (f" drift: {granule['drift']}" if granule.get("drift") else "") + "\n")
+    return 0
+
+
+def print_estimate(store, args) -> int:
+    """``layoutlab product estimate`` and ``layoutlab estimate --product``: from the product's measured granules."""
+    from layoutlab.products import estimate, state
+    from layoutlab.report.cost import load_prices
+    from layoutlab.units import parse_size
+
+    item = state.require_product(store, args.name)
+    granules = state.granules(store, args.name)
+    studied = [g["dataset"] for g in granules if g.get("role") == "study" and g.get("status") == "STUDIED"]
+    found = estimate.product_estimate(item, granules, {d: store.items(dataset=d) for d in studied},
+                                      count=args.granules, granule_bytes=parse_size(args.granule_size, "--granule-size"),
+                                      prices=load_prices(args.prices))
+    sys.stdout.write((json.dumps(found, indent=2, default=str) if args.json else estimate.render(found)) + "\n")
     return 0

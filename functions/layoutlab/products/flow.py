@@ -172,7 +172,7 @@ def finish_production(dataset_id: str, items: list[dict], *, store) -> dict | No
                 "reason": reason}
     size, seconds = int(made.get("size_bytes") or 0), float(made.get("convert_s") or 0.0)
     state.update_granule(store, product, dataset_id, status="CONVERTED", bytes_out=size, convert_s=seconds,
-                         uri=made.get("uri"), variant=made.get("variant"), finished=now)
+                         uri=made.get("uri"), variant=made.get("variant"), platform=made.get("platform"), finished=now)
     state.add_output(store, product, bytes_out=size, convert_s=seconds, production=True)
     store.update_run(dataset_id, status="SUCCEEDED", finished=now, results=0, cases_failed=0)
     return {"dataset_id": dataset_id, "product": product, "role": "production", "status": "CONVERTED",
@@ -212,7 +212,8 @@ def _judge_check(store, product: str, dataset_id: str, items: list[dict], summar
     made = next((i for i in items if i.get("kind") == "VARIANT" and i.get("variant") == decided.get("variant")), {})
     why = product_decisions.drift(decided, ratio, float(item.get("drift_tolerance") or state.DEFAULT_DRIFT_TOLERANCE))
     state.update_granule(store, product, dataset_id, status="CHECKED", ratio=ratio, drift=why, finished=state.now(),
-                         bytes_out=int(made.get("size_bytes") or 0))
+                         bytes_out=int(made.get("size_bytes") or 0), convert_s=float(made.get("convert_s") or 0.0),
+                         platform=made.get("platform"))
     state._update(store, product, "SET checks = checks + :one", {":one": 1})
     state.add_output(store, product, bytes_out=int(made.get("size_bytes") or 0),
                      convert_s=float(made.get("convert_s") or 0.0), production=True)
