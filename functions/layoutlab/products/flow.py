@@ -176,7 +176,8 @@ def finish_production(dataset_id: str, items: list[dict], *, store) -> dict | No
     state.add_output(store, product, bytes_out=size, convert_s=seconds, production=True)
     store.update_run(dataset_id, status="SUCCEEDED", finished=now, results=0, cases_failed=0)
     return {"dataset_id": dataset_id, "product": product, "role": "production", "status": "CONVERTED",
-            "uri": made.get("uri"), "size_bytes": size}
+            "uri": made.get("uri"), "size_bytes": size, "bytes_in": int((run.get("source") or {}).get("size") or 0),
+            "bytes_out": size}
 
 
 def after_summary(dataset_id: str, items: list[dict], summary: dict, *, store) -> dict | None:
@@ -266,9 +267,13 @@ def summarize_granule(summarize_input, *, s3, store, outputs_bucket: str) -> dic
     if produced is not None:
         return produced
     result = summarize_dataset(summarize_input, s3=s3, store=store, outputs_bucket=outputs_bucket)
-    if _run(items).get("product"):
+    run = _run(items)
+    if run.get("product"):
         summary = next(iter(store.items(dataset=dataset_id, kind="SUMMARY")), {})
         after_summary(dataset_id, items, summary, store=store)
+        granule = state.get_granule(store, run["product"], dataset_id) or {}
+        result = {**result, "product": run["product"], "role": run.get("product_role"),
+                  "bytes_in": int(granule.get("bytes_in") or 0), "bytes_out": int(granule.get("bytes_out") or 0)}
     return result
 
 
