@@ -73,3 +73,21 @@ def test_the_local_definition_drops_only_the_item_batcher_moto_cannot_parse():
     assert "ItemBatcher" not in local["States"]["BackfillListing"]
     del original["States"]["BackfillListing"]["ItemBatcher"]
     assert set(local["States"]) == set(original["States"]) and "${" not in json.dumps(local)
+
+
+def test_a_thousand_listed_objects_are_written_one_listing_page_at_a_time(s3, monkeypatch):
+    """The item list of a big archive is planned in bounded memory: never more than one page held."""
+    for i in range(1000):
+        s3.put_object(Bucket="archive", Key=f"big/{i:05d}.h5", Body=b"x")
+    held, put = [], s3.put_object
+
+    def put_object(**kwargs):
+        if kwargs.get("Key", "").startswith(backfill.RUNS_PREFIX):
+            held.append(len(json.loads(kwargs["Body"])))
+        return put(**kwargs)
+
+    monkeypatch.setattr(s3, "put_object", put_object)
+    pages = backfill.listed_objects(s3, "archive", "big/", page_items=300)
+    assert next(pages) and not isinstance(pages, list)  # a generator: pages are listed as they are written
+    written = backfill.write_item_pages(s3, "out", "b2", "archive", "big/", page_items=300)
+    assert (written["pages"], written["items"]) == (4, 1000) and held == [300, 300, 300, 100]
