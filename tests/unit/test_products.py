@@ -54,6 +54,8 @@ def test_signature_changes_with_a_variable_or_a_type(tmp_path):
 def test_the_uploader_names_the_product_by_folder_or_metadata():
     assert signature.named_product("incoming/MERRA2/day1.nc") == "MERRA2"
     assert signature.named_product("incoming/day1.nc") is None
+    assert signature.named_product("incoming/ünïcødé/数据.nc") is None  # a folder, not a product name
+    assert signature.named_product("incoming/with space/a.nc") is None
     assert signature.named_product("incoming/a/b.nc", {"layoutlab-product": "GEOS-FP"}) == "GEOS-FP"
     with pytest.raises(signature.ProductNameError, match="layoutlab-product"):
         signature.named_product("incoming/x.nc", {"layoutlab-product": "../etc"})

@@ -34,15 +34,17 @@ def check_name(name: str, where: str = "product name") -> str:
 
 
 def named_product(key: str, metadata: dict | None = None) -> str | None:
-    """The product its uploader named: object metadata ``layoutlab-product`` first, else the first folder
-    under ``incoming/`` when the key has one (``incoming/<product>/<file>``); None when neither."""
+    """The product its uploader named: object metadata ``layoutlab-product`` first (refused when not a valid
+    name), else the first folder under ``incoming/`` when the key has one whose name can be a product's
+    (``incoming/<product>/<file>``); None when neither."""
     given = (metadata or {}).get(PRODUCT_METADATA_KEY)
     if given:
         return check_name(given, f"metadata '{PRODUCT_METADATA_KEY}'")
     if key.startswith(INCOMING):
         parts = key[len(INCOMING):].split("/")
-        if len(parts) >= 2 and parts[0]:
-            return check_name(parts[0], f"folder incoming/{parts[0]}/ (the product name)")
+        # (a folder whose name cannot be a product's, e.g. non-ASCII, is just a folder: no product)
+        if len(parts) >= 2 and parts[0] and _NAME.match(parts[0]):
+            return parts[0]
     return None
 
 
