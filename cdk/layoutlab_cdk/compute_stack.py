@@ -151,7 +151,10 @@ class ComputeStack(Stack):
             "convert": lambda role: self._convert_and_bench_permissions(role, write=True),
             "bench": lambda role: self._convert_and_bench_permissions(role, write=False),
             "summarize": self._summarize_permissions,
-            "record_failure": lambda role: policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn]),
+            # (and a failed product granule: its PRODUCT / GRANULE items are read back)
+            "record_failure": lambda role: policy.allow(role, policy.DYNAMODB_READ + policy.DYNAMODB_WRITE,
+                                                        [self._results_arn]),
+            "backfill": self._backfill_permissions,
         }
         ceilings = config.ceilings.to_json()  # the same ceilings wherever work is estimated
         extra_environment = {
@@ -172,6 +175,8 @@ class ComputeStack(Stack):
             "bench": {"LAYOUTLAB_PLATFORM": lambda_platform},
             "convert": {"LAYOUTLAB_PLATFORM": convert_platforms["lambda"], "LAYOUTLAB_CEILINGS": ceilings},
         }
+        # a backfill batch plans and converts each granule itself: the plan's settings and the converter's platform
+        extra_environment["backfill"] = {**extra_environment["plan"], **extra_environment["convert"]}
         self.functions: dict[str, lambda_.Function] = {}
         for name, grant in permissions.items():
             self.functions[name] = self._function(name, code, grant, extra_environment.get(name, {}))
@@ -287,13 +292,19 @@ class ComputeStack(Stack):
         # the dataset's RESULT items decide which comparisons get more repetitions
         policy.allow(role, policy.DYNAMODB_READ + policy.DYNAMODB_WRITE, [self._results_arn])
 
+    def _backfill_permissions(self, role: iam.IRole) -> None:
+        """Each granule of a batch: admitted (the results table), planned and converted under products/."""
+        self._convert_and_bench_permissions(role, write=True)
+        policy.allow(role, policy.DYNAMODB_READ, [self._results_arn])
+
     def _convert_and_bench_permissions(self, role: iam.IRole, *, write: bool) -> None:
-        variants = OUTPUT_PREFIXES["variants"]
+        variants, products = OUTPUT_PREFIXES["variants"], OUTPUT_PREFIXES["products"]
         self._read_inputs(role, [INGEST_PREFIX])
         outputs = self.names["outputs_bucket"]
         actions = policy.S3_READ + (policy.S3_WRITE + policy.S3_DELETE if write else [])
-        policy.allow_objects(role, outputs, [variants], actions)
-        policy.allow_list(role, outputs, [variants])
+        # a product's granules are converted (and drift-checked) under products/
+        policy.allow_objects(role, outputs, [variants, products], actions)
+        policy.allow_list(role, outputs, [variants, products])
         policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
         if write:
             # a fanned-out rechunk's publish step reads its work units' records back (Query)

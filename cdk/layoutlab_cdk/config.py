@@ -15,6 +15,7 @@ from layoutlab.environments import (  # noqa: F401 (the stacks and tests use the
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO_ROOT / "stepfunctions" / "pipeline.asl.json"
+BACKFILL_ASL_PATH = REPO_ROOT / "stepfunctions" / "backfill.asl.json"
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 DOCKERFILE = "cdk/container/Dockerfile"  # relative to REPO_ROOT, the image's build context
 
@@ -27,6 +28,7 @@ PLANS_PREFIX = "plans/"
 # Everything the pipeline writes goes to the *outputs* bucket under these prefixes.
 OUTPUT_PREFIXES = {
     "variants": "variants/",  # converted layouts (paged HDF5, Zarr v3)
+    "products": "products/",  # a product's granules converted with its chosen layout (layoutlab/products/)
     "runs": "runs/",  # per-dataset case lists and work-unit lists written by plan
     "map_runs": "map-runs/",  # Distributed Map ResultWriter output (see pipeline.asl.json)
     "summaries": "summaries/",  # JSON summary per dataset

@@ -113,6 +113,13 @@ class ObservabilityStack(Stack):
             cw.GraphWidget(title="Conversion time (s)", left=[search(obs.CONVERT_WALL_TIME, "Average", "")], width=12),
             cw.GraphWidget(title="Variant size (bytes)", left=[search(obs.CONVERT_OUTPUT_BYTES, "Maximum", "")], width=12),
         )
+        # a row per product (layoutlab/products/): one line per product in each graph
+        self.dashboard.add_widgets(
+            cw.GraphWidget(title="Granules per product and role", left=[search(obs.PRODUCT_GRANULES, "Sum", "")],
+                           width=12),
+            cw.GraphWidget(title="Bytes in / out per product", left=[search(obs.PRODUCT_BYTES_IN, "Sum", "")],
+                           right=[search(obs.PRODUCT_BYTES_OUT, "Sum", "")], width=12),
+        )
         functions = compute.functions
         self.dashboard.add_widgets(
             cw.GraphWidget(

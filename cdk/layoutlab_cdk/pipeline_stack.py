@@ -24,7 +24,7 @@ from layoutlab.pipeline.events import object_created_pattern
 from . import iam as policy
 from .compute_stack import ComputeStack, retention
 from .nag import acknowledge
-from .config import ASL_PATH, INGEST_PREFIX, OUTPUT_PREFIXES, EnvConfig
+from .config import ASL_PATH, BACKFILL_ASL_PATH, INGEST_PREFIX, OUTPUT_PREFIXES, EnvConfig
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 
@@ -203,3 +203,44 @@ class PipelineStack(Stack):
             ],
         )
         CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
+        self._backfill(config, functions, outputs_bucket, removal)
+
+    def _backfill(self, config: EnvConfig, functions, outputs_bucket: str, removal) -> None:
+        """The backfill state machine (``stepfunctions/backfill.asl.json`` verbatim, as the pipeline's): one
+        Distributed Map that lists an archive prefix itself (ItemReader s3:listObjectsV2) and converts
+        batches of granules with the backfill function."""
+        self.backfill_definition_text = BACKFILL_ASL_PATH.read_text()
+        self.backfill_substitutions = {"BackfillFunctionArn": functions["backfill"].function_arn,
+                                       "OutputsBucketName": outputs_bucket}
+        missing = asl_placeholders(self.backfill_definition_text) ^ set(self.backfill_substitutions)
+        if missing:
+            raise ValueError(f"{BACKFILL_ASL_PATH}: substitutions and placeholders differ: {sorted(missing)}")
+        name = config.backfill_state_machine_name
+        role = iam.Role(self, "BackfillRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+                        description="layoutlab backfill state machine")
+        arn = self.format_arn(service="states", resource="stateMachine", resource_name=name,
+                              arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        executions = self.format_arn(service="states", resource="execution", resource_name=f"{name}/*",
+                                     arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        policy.allow(role, ["lambda:InvokeFunction"], [functions["backfill"].function_arn])
+        # ItemReader s3:listObjectsV2 over the archive: the uploads under incoming/ (other archives: grant here)
+        policy.allow_list(role, config.bucket_name("ingest"), [INGEST_PREFIX])
+        # the local form's item pages (runs/), the ResultWriter's per-item results (map-runs/)
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["runs"]], policy.S3_READ)
+        policy.allow_objects(role, outputs_bucket, [OUTPUT_PREFIXES["map_runs"]], policy.S3_READ + policy.S3_WRITE)
+        policy.allow(role, ["states:StartExecution"], [arn])
+        policy.allow(role, ["states:DescribeExecution", "states:StopExecution"], [executions],
+                     wildcard_reason="Distributed Map child executions are named at run time; scoped to executions "
+                     "of the backfill state machine.")
+        log_group = logs.LogGroup(self, "BackfillLogs", log_group_name=f"/aws/vendedlogs/states/{name}",
+                                  retention=retention(config.log_retention_days), removal_policy=removal)
+        self.backfill_state_machine = sfn.StateMachine(
+            self, "Backfill", state_machine_name=name, state_machine_type=sfn.StateMachineType.STANDARD,
+            definition_body=sfn.DefinitionBody.from_string(self.backfill_definition_text),
+            definition_substitutions=self.backfill_substitutions, role=role,
+            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            tracing_enabled=True, removal_policy=removal)
+        acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                    "CloudWatch Logs delivery (logs:CreateLogDelivery & co.) and X-Ray tracing actions have no "
+                    "resource-level permissions; AWS requires Resource '*'.")
+        CfnOutput(self, "BackfillStateMachineArn", value=self.backfill_state_machine.state_machine_arn)

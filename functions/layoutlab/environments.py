@@ -19,7 +19,7 @@ from layoutlab.errors import UserError
 # The state machine's definition in this checkout (its ECS task timeouts are checked against the sizes).
 ASL_PATH = Path(__file__).resolve().parents[2] / "stepfunctions" / "pipeline.asl.json"
 ENVIRONMENTS_KEY = "layoutlab:environments"
-HANDLERS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure")
+HANDLERS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure", "backfill")
 
 # ---- scratch space (checked at synth: ``validate``) ---------------------------------------
 # A whole conversion downloads the input to local disk, writes the variant beside it and
@@ -118,6 +118,10 @@ class EnvConfig:
     @property
     def state_machine_name(self) -> str:
         return f"layoutlab-{self.name}-pipeline"
+
+    @property
+    def backfill_state_machine_name(self) -> str:
+        return f"layoutlab-{self.name}-backfill"
 
     # Fixed physical names: IAM statements and other stacks refer to resources by name
     # (no cross-stack exports, and cdk-nag findings with predictable ids).

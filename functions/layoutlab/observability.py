@@ -46,6 +46,8 @@ class Dimension:
     READER = "reader"  # h5py-s3fs-aligned, zarr-obstore, ...
     PLATFORM = "platform"  # lambda-1769, fargate-1-4096, local-lambda, ...
     STAGE = "stage"  # one of STAGES: where a failure happened
+    PRODUCT = "product"  # a product's name (layoutlab/products/): the uploader's, or sig-<digest>
+    ROLE = "role"  # a product granule's role: study, production, check
 
 
 STAGES = ("ingest", "plan", "convert", "rechunk", "bench", "summarize")
@@ -88,6 +90,8 @@ _CASE = (Dimension.SERVICE, Dimension.VARIANT, Dimension.PATTERN, Dimension.READ
 _CONVERSION = (Dimension.SERVICE, Dimension.VARIANT, Dimension.PLATFORM)
 _SERVICE_ONLY = (Dimension.SERVICE,)
 _STAGE = (Dimension.SERVICE, Dimension.STAGE)
+_PRODUCT = (Dimension.SERVICE, Dimension.PRODUCT)
+_PRODUCT_ROLE = (Dimension.SERVICE, Dimension.PRODUCT, Dimension.ROLE)
 
 # One benchmark case (variant × pattern × reader × platform); one data point per repetition.
 BENCH_WALL_TIME = MetricSpec(
@@ -121,6 +125,15 @@ PIPELINE_FAILURES = MetricSpec(
     "PipelineFailures", Unit.COUNT, _STAGE, "failures recorded by record-failure, by stage"
 )
 
+# A product's granules (the dashboard's row per product: a SEARCH gives one line per product).
+PRODUCT_GRANULES = MetricSpec(
+    "ProductGranules", Unit.COUNT, _PRODUCT_ROLE, "granules of a product finished, by role (study, production, check)"
+)
+PRODUCT_BYTES_IN = MetricSpec("ProductBytesIn", Unit.BYTES, _PRODUCT, "bytes of a product's granules finished")
+PRODUCT_BYTES_OUT = MetricSpec(
+    "ProductBytesOut", Unit.BYTES, _PRODUCT, "bytes a product's production and check granules were converted to"
+)
+
 ALL_METRICS: tuple[MetricSpec, ...] = (
     BENCH_WALL_TIME,
     BENCH_REQUESTS,
@@ -134,6 +147,9 @@ ALL_METRICS: tuple[MetricSpec, ...] = (
     DATASETS_REJECTED,
     DATASETS_SUMMARIZED,
     PIPELINE_FAILURES,
+    PRODUCT_GRANULES,
+    PRODUCT_BYTES_IN,
+    PRODUCT_BYTES_OUT,
 )
 
 CASE_GROUPING: tuple[str, ...] = tuple(d for d in _CASE if d != SERVICE_DIMENSION)

@@ -88,7 +88,8 @@ def test_no_stack_imports_a_value_that_changes_with_code(env_fixture, request):
 
 
 def test_the_state_machine_runs_task_families_and_may_run_any_of_their_revisions(prod):
-    (machine,) = prod.resources("pipeline", "AWS::StepFunctions::StateMachine").values()
+    (machine,) = [m for m in prod.resources("pipeline", "AWS::StepFunctions::StateMachine").values()
+                  if m["Properties"]["StateMachineName"] == prod.config.state_machine_name]
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     assert substitutions["ConvertTaskDefinitionArn"] == prod.config.task_family("convert")
     assert substitutions["BenchTaskDefinitionArn"] == prod.config.task_family("bench")

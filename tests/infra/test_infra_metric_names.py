@@ -17,6 +17,8 @@ SAMPLE_VALUES = {
     obs.Dimension.READER: "h5py-s3fs-aligned",
     obs.Dimension.PLATFORM: "lambda-1769",
     obs.Dimension.STAGE: "bench",
+    obs.Dimension.PRODUCT: "MERRA2",
+    obs.Dimension.ROLE: "production",
 }
 
 
@@ -105,3 +107,18 @@ def test_dashboard_graphs_every_case_metric_over_the_reports_grouping(dev):
         assert schemas.get(spec.name) == {(obs.NAMESPACE, obs.SERVICE_DIMENSION, *obs.CASE_GROUPING)}, spec.name
     for spec in obs.VARIANT_METRIC_FIELDS:  # the report's size and conversion labels
         assert spec.name in schemas, spec.name
+
+
+def test_dashboard_has_a_line_per_product_for_its_granules_and_bytes(dev):
+    """The products' graphs SEARCH over the product dimension, so each product is its own line."""
+    import re
+
+    from layoutlab_cdk.template_text import render
+
+    (dashboard,) = dev.resources("observability", "AWS::CloudWatch::Dashboard").values()
+    body = render(dashboard["Properties"]["DashboardBody"])
+    schemas = {name: tuple(schema.split(","))
+               for schema, name in re.findall(r"SEARCH\('\{([^}]*)\} MetricName=\\*\"(\w+)\\*\"", body)}
+    for spec in (obs.PRODUCT_GRANULES, obs.PRODUCT_BYTES_IN, obs.PRODUCT_BYTES_OUT):
+        assert schemas.get(spec.name) == (obs.NAMESPACE, *spec.dimensions), spec.name
+        assert obs.Dimension.PRODUCT in spec.dimensions

@@ -17,6 +17,15 @@ from layoutlab import observability
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASL_TEXT = (REPO_ROOT / "stepfunctions" / "pipeline.asl.json").read_text()
+BACKFILL_ASL_TEXT = (REPO_ROOT / "stepfunctions" / "backfill.asl.json").read_text()
+
+
+def state_machine(synthesized, name: str) -> dict:
+    """The pipeline stack's state machine called ``name`` (the pipeline's, or the backfill's)."""
+    machines = [m for m in synthesized.resources("pipeline", "AWS::StepFunctions::StateMachine").values()
+                if m["Properties"]["StateMachineName"] == name]
+    assert len(machines) == 1, name
+    return machines[0]
 S3_WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload",
                     "s3:PutObjectAcl", "s3:PutObjectTagging", "s3:RestoreObject", "s3:ReplicateObject"}
 
@@ -168,7 +177,7 @@ def test_fargate_task_definitions_run_the_same_entry_points(dev):
 
 
 def test_deployed_definition_is_the_asl_file_with_every_placeholder_substituted(dev):
-    (machine,) = dev.resources("pipeline", "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(dev, "layoutlab-dev-pipeline")
     props = machine["Properties"]
     assert props["DefinitionString"] == ASL_TEXT  # verbatim: substitution happens in CloudFormation
     placeholders = set(re.findall(r"\$\{([A-Za-z0-9_]+)\}", ASL_TEXT))
@@ -187,6 +196,25 @@ def test_deployed_definition_is_the_asl_file_with_every_placeholder_substituted(
     assert props["LoggingConfiguration"]["Level"] == "ALL"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is True
     assert props["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_the_backfill_state_machine_is_its_asl_file_and_may_list_uploads_and_invoke_only_the_backfill_function(dev):
+    machine = state_machine(dev, "layoutlab-dev-backfill")
+    props = machine["Properties"]
+    assert props["DefinitionString"] == BACKFILL_ASL_TEXT
+    rendered = {k: render(v) for k, v in props["DefinitionSubstitutions"].items()}
+    assert set(rendered) == set(re.findall(r"\$\{([A-Za-z0-9_]+)\}", BACKFILL_ASL_TEXT)) == {
+        "BackfillFunctionArn", "OutputsBucketName"}
+    assert rendered["BackfillFunctionArn"].startswith("${Import:layoutlab-dev-compute:")
+    role_id = props["RoleArn"]["Fn::GetAtt"][0]
+    statements = [st for policy in dev.resources("pipeline", "AWS::IAM::Policy").values()
+                  if {"Ref": role_id} in policy["Properties"]["Roles"]
+                  for st in policy["Properties"]["PolicyDocument"]["Statement"]]
+    actions = {a for st in statements for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert "lambda:InvokeFunction" in actions and "s3:ListBucket" in actions
+    assert not {a for a in actions if a.startswith("s3:Put")} - {"s3:PutObject"}
+    listed = [st for st in statements if st["Action"] == "s3:ListBucket" or "s3:ListBucket" in st["Action"]]
+    assert any(st.get("Condition", {}).get("StringLike", {}).get("s3:prefix") == ["incoming/*"] for st in listed)
 
 
 def test_trigger_watches_incoming_only_and_is_disjoint_from_every_output(dev):

@@ -24,6 +24,7 @@ examples:
   layoutlab estimate --shape 5136,721,1152 --dtype f4 --grid seed
   layoutlab estimate --shape 5136,721,1152 --platform fargate-1-4096 --concurrency 100 --json
   layoutlab estimate --shape 240,181,288 --results /path/to/results.json
+  layoutlab estimate --product MERRA2 --granules 100000 --granule-size 400MiB
 """
 
 
@@ -31,7 +32,11 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "estimate", help="wall time and $ of the whole pipeline in AWS for a dataset, from measured rates",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", required=True, help="time,lat,lon of the gridded variable (or 'full' = 5136,721,1152)")
+    parser.add_argument("--shape", help="time,lat,lon of the gridded variable (or 'full' = 5136,721,1152)")
+    parser.add_argument("--product", help="instead of --shape: a product's archive, from its measured granules "
+                                          "(with --granules and --granule-size; as 'layoutlab product estimate')")
+    parser.add_argument("--granules", type=int, help="with --product: granules in the archive")
+    parser.add_argument("--granule-size", help="with --product: bytes per granule (e.g. 120MiB)")
     parser.add_argument("--dtype", default="f4", help="numpy dtype of the variable (default: f4)")
     parser.add_argument("--grid", default="seed", choices=["seed", "seed-proportional"],
                         help="chunk shapes: Nguyen et al.'s seed grid, clipped to the shape (default) or scaled")
@@ -112,6 +117,17 @@ def run(args) -> int:
     from layoutlab.report.cost import load_prices
     from layoutlab.report.estimate import REPO_RESULTS, estimate_pipeline, fit_rechunk_rate, rechunk_observations
 
+    if args.product:
+        if not args.granules or not args.granule_size:
+            raise UserError("--product needs --granules and --granule-size")
+        from layoutlab.commands.product import _store, print_estimate
+
+        product_args = argparse.Namespace(endpoint=None, aws=False, table=None, name=args.product,
+                                          granules=args.granules, granule_size=args.granule_size,
+                                          prices=args.prices, json=args.json)
+        return print_estimate(_store(product_args), product_args)
+    if not args.shape:
+        raise UserError("--shape (a gridded dataset) or --product (a product's archive)")
     shape = _shape(args.shape)
     itemsize = _itemsize(args.dtype)
     if args.concurrency < 1:

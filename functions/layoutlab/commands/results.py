@@ -16,6 +16,9 @@ RESULT_COLUMNS = [
     "wall_s", "peak_rss_mb", "requests", "bytes_transferred", "points_per_s", "checksum_ok",
 ]
 OTHER_COLUMNS = ["dataset", "kind", "sk", "status", "stage", "variant", "reason"]
+# one row per product (layoutlab/products/state.py): its state, what it converted, what it chose
+PRODUCT_COLUMNS = ["product", "state", "study_round", "granules", "study_count", "production_granules", "checks",
+                   "bytes_in", "bytes_out", "variant", "interval", "decided_by"]
 
 
 def register(subparsers) -> None:
@@ -45,7 +48,7 @@ def register(subparsers) -> None:
     parser.add_argument("--env", help="a deployed environment: its table is layoutlab-ENV-results (implies --aws)")
     parser.add_argument("--dataset", help="only this dataset id")
     parser.add_argument("--pattern", help="only results of this access pattern (uses the by-pattern index)")
-    parser.add_argument("--kind", default=None, choices=["RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE"],
+    parser.add_argument("--kind", default=None, choices=["RUN", "VARIANT", "RESULT", "SUMMARY", "FAILURE", "PRODUCT", "GRANULE"],
                         help="item kind (default: RESULT, or every kind with --dataset)")
     parser.add_argument("--format", default="table", choices=["table", "csv", "json"], help="output format (default: table)")
     parser.set_defaults(func=run)
@@ -88,9 +91,19 @@ def _query_snapshot(path, args, kind) -> list[dict]:
         return _query(store, args, kind)
 
 
+def product_row(item: dict) -> dict:
+    decision = item.get("decision") or {}
+    interval = decision.get("interval")
+    last = (item.get("history") or [{}])[-1]
+    return {**item, "variant": decision.get("variant"),
+            "interval": f"{interval[0]:.3g}-{interval[1]:.3g}" if interval else None, "decided_by": last.get("by")}
+
+
 def rows_for(items: list[dict]) -> tuple[list[str], list[dict]]:
     if items and all(i.get("kind") == "RESULT" for i in items):
         return RESULT_COLUMNS, items
+    if items and all(i.get("kind") == "PRODUCT" for i in items):
+        return PRODUCT_COLUMNS, [product_row(i) for i in items]
     return OTHER_COLUMNS, items
 
 
@@ -179,6 +192,11 @@ def _print_recipes(items: list[dict], fmt: str) -> None:
     from layoutlab.report.tables import decision_lines
 
     for item in items:
+        if item.get("kind") == "PRODUCT" and (item.get("decision") or {}).get("variant"):
+            decision = item["decision"]
+            sys.stdout.write(f"\n{item['product']}: keep {decision['variant']} ({decision.get('why') or ''})\n")
+            if decision.get("recipe"):
+                sys.stdout.write(decision["recipe"].rstrip("\n") + "\n")
         if item.get("kind") == "SUMMARY" and (item.get("recommendation") or item.get("recipe_text")):
             sys.stdout.write(f"\n{item.get('dataset')}: {item.get('recommendation') or ''}\n")
             if item.get("recipe_text"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from layoutlab.handlers._runtime import logger, metrics, results_store, s3_client, settings, tracer
 from layoutlab.pipeline.payloads import MORE_REPETITIONS, ExecutionInput, MoreRepetitionsInput
-from layoutlab.pipeline.planning import PlanSettings, plan_dataset
+from layoutlab.pipeline.planning import PlanSettings
+from layoutlab.products.flow import plan_granule
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -23,7 +24,8 @@ def handler(event, context):
         return cases
     execution = ExecutionInput.from_event(event)
     logger.set_correlation_id(execution.dataset_id)
-    result = plan_dataset(execution, s3=s3_client(), store=results_store(),
+    # a granule of a product is studied, or converted with the product's chosen variant (products/flow.py)
+    result = plan_granule(execution, s3=s3_client(), store=results_store(),
                           settings=PlanSettings.from_env(settings().outputs_bucket))
     logger.info("planned", extra={"cases": result.cases.count, "convert_tasks": len(result.convert_tasks),
                                   "work_units": result.work_units.count})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from layoutlab import observability as obs
 from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, tracer
-from layoutlab.pipeline.outcomes import record_failure
 from layoutlab.pipeline.payloads import FailureInput
+from layoutlab.products.flow import record_granule_failure
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -14,7 +14,7 @@ from layoutlab.pipeline.payloads import FailureInput
 def handler(event, context):
     failure = FailureInput.from_event(event)
     logger.set_correlation_id(failure.dataset_id)
-    result = record_failure(failure, store=results_store())
+    result = record_granule_failure(failure, store=results_store())  # (and a product's study slot)
     add_count(obs.PIPELINE_FAILURES, stage=result["stage"])
     logger.warning("failure recorded", extra=result)
     return result

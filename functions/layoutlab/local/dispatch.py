@@ -37,16 +37,18 @@ OUTPUTS_BUCKET = f"{PREFIX}-outputs"
 RESULTS_TABLE = f"{PREFIX}-results"
 IDEMPOTENCY_TABLE = f"{PREFIX}-idempotency"
 STATE_MACHINE = f"{PREFIX}-pipeline"
+BACKFILL_STATE_MACHINE = f"{PREFIX}-backfill"
 # the plan (plans/<name>.json in the ingest bucket) that an upload naming none runs locally
 LOCAL_DEFAULT_PLAN = "local"
 CLUSTER = f"{PREFIX}"
 CONTAINER = "layoutlab"
-FUNCTIONS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure")
+FUNCTIONS = ("ingest", "plan", "convert", "bench", "summarize", "record_failure", "backfill")
 # Locally the bench cases of one dataset run one at a time: they share the measured core.
 MAX_CONCURRENCY = {"convert": 1, "work_units": 1, "bench": 1}
 PLATFORMS = {"local-lambda": {"kind": "lambda"}, "local-fargate": {"kind": "fargate"}}
 TASK_LOG_ENV = "LAYOUTLAB_TASK_LOG"
-TASK_TIMEOUT_S = {"ingest": 120, "plan": 300, "convert": 900, "bench": 300, "summarize": 120, "record_failure": 60}
+TASK_TIMEOUT_S = {"ingest": 120, "plan": 300, "convert": 900, "bench": 300, "summarize": 120, "record_failure": 60,
+                  "backfill": 900}
 # The local counterpart of a Lambda function's configured timeout: JSON like {"bench": 30},
 # read by the local cloud server when it starts.
 TASK_TIMEOUT_ENV = "LAYOUTLAB_TASK_TIMEOUT_S"
@@ -80,6 +82,10 @@ def state_machine_arn() -> str:
     return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{STATE_MACHINE}"
 
 
+def backfill_state_machine_arn() -> str:
+    return f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{BACKFILL_STATE_MACHINE}"
+
+
 def substitutions() -> dict[str, str]:
     """Values for the ASL's ``${...}`` placeholders in the local run."""
     return {
@@ -88,6 +94,7 @@ def substitutions() -> dict[str, str]:
         "BenchFunctionArn": function_arn("bench"),
         "SummarizeFunctionArn": function_arn("summarize"),
         "RecordFailureFunctionArn": function_arn("record_failure"),
+        "BackfillFunctionArn": function_arn("backfill"),
         "ClusterArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{CLUSTER}",
         "ConvertTaskDefinitionArn": task_definition_arn("convert"),
         "BenchTaskDefinitionArn": task_definition_arn("bench"),

@@ -41,6 +41,7 @@ PRELOAD = (
     "layoutlab.bench.runner", "layoutlab.bench.patterns", "layoutlab.bench.readers", "layoutlab.handlers.ingest",
     "layoutlab.handlers.plan", "layoutlab.handlers.convert", "layoutlab.handlers.bench",
     "layoutlab.handlers.summarize", "layoutlab.handlers.record_failure", "layoutlab.handlers.task",
+    "layoutlab.handlers.backfill",
 )
 SCRATCH_POLL_S = 0.25
 

@@ -8,6 +8,8 @@ Keys (strings):
   and one item per uploaded key: pk = ``OBJECT#<bucket>/<key>``, sk = ``CURRENT`` —
        the key's current version (the one with the latest S3 ``sequencer`` seen),
        so an older version's event arriving late cannot start anything.
+  and per product (``layoutlab/products/state.py``): pk = ``PRODUCT#<name>``, sk = ``PRODUCT`` (its
+       state, counts, decision) | ``GRANULE#<dataset_id>`` (one granule's role: study / production / check).
   GSI ``by-pattern`` (sparse: RESULT items only): pattern_pk = ``PATTERN#<pattern>``,
        pattern_sk = ``<variant>#<reader>#<platform>#<dataset>#<rep>`` — one pattern
        compared across datasets, variants, readers and platforms in one query.
@@ -30,7 +32,7 @@ from layoutlab import settings
 from layoutlab.storage import aws_region
 
 PK, SK, GSI1_NAME, GSI1PK, GSI1SK = "pk", "sk", "by-pattern", "pattern_pk", "pattern_sk"
-KINDS = ("RUN", "VARIANT", "UNIT", "RESULT", "SUMMARY", "FAILURE", "OBJECT")
+KINDS = ("RUN", "VARIANT", "UNIT", "RESULT", "SUMMARY", "FAILURE", "OBJECT", "PRODUCT", "GRANULE")
 TABLE_ENV = "LAYOUTLAB_RESULTS_TABLE"
 DEFAULT_TABLE = "layoutlab-results"
 
