@@ -57,3 +57,12 @@ def test_the_recommendation_names_the_variables_by_role():
     assert about["by_pattern"]["multi-variable"] == "t2m, d2m"
     assert about["sentence"] == "the grid t2m, d2m; the table gt1l/h_li"
     assert about_variables({})["sentence"] is None
+
+
+def test_xarrays_decoded_values_are_compared_with_xarrays_read_of_the_original():
+    results = [_result("original", "h5py-s3fs-aligned", "raw"), _result("original", "xarray-h5netcdf", "scaled"),
+               _result("paged-1MiB", "xarray-h5netcdf", "scaled"), _result("paged-1MiB", "h5py-s3fs-aligned", "raw")]
+    check = check_against_original(results)
+    assert (check["checked"], check["equal"]) == (4, 4)
+    results.append(_result("paged-1MiB", "xarray-h5netcdf", "raw", repetition=1))
+    assert check_against_original(results)["mismatches"][0]["reader"] == "xarray-h5netcdf"

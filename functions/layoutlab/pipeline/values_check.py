@@ -7,6 +7,10 @@ parameters; the reference is h5py's read of the original (the library that wrote
 the first original reader's. A case whose digest differs has ``checksum_ok`` False: it is never ranked
 (report/decision.wrong_values) and the summary lists it. Original readers that disagree with the reference
 are mismatches too (a reader that decodes the original wrongly is as visible as a wrong layout).
+
+xarray applies the CF conventions its users rely on (scale_factor / add_offset, _FillValue as NaN): its
+values are compared with xarray's own read of the original (the reference of the "cf" decoding), every
+other reader's with the raw values' reference.
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ import json
 DIGEST = "values_sha256"
 
 
+def decoding(reader: str | None) -> str:
+    """"cf" for a reader that decodes values by the CF conventions (xarray), "raw" for the others."""
+    return "cf" if str(reader or "").startswith("xarray") else "raw"
+
+
 def _key(record: dict) -> tuple:
-    return record.get("platform"), record.get("pattern"), json.dumps(record.get("pattern_params") or {}, sort_keys=True)
+    return (record.get("platform"), record.get("pattern"), json.dumps(record.get("pattern_params") or {}, sort_keys=True),
+            decoding(record.get("reader")))
 
 
 def _digest(record: dict) -> str | None:
