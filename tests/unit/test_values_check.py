@@ -50,11 +50,12 @@ def test_regenerated_checks_of_the_samples_are_left_alone():
 
 def test_the_recommendation_names_the_variables_by_role():
     run = {"family_cases": [
+        {"label": "open-list", "role": "grid", "variable": "(every object)", "why": ""},
         {"label": "variable-read", "role": "grid", "variable": "t2m", "why": ""},
         {"label": "multi-variable", "role": "grid", "variable": "t2m, d2m", "why": ""},
         {"label": "column-read", "role": "table", "variable": "gt1l/h_li", "why": ""}]}
     about = about_variables(run)
-    assert about["by_pattern"]["multi-variable"] == "t2m, d2m"
+    assert about["by_pattern"]["multi-variable"] == "t2m, d2m" and "open-list" not in about["by_pattern"]
     assert about["sentence"] == "the grid t2m, d2m; the table gt1l/h_li"
     assert about_variables({})["sentence"] is None
 

@@ -66,7 +66,8 @@ def summarize_dataset(state: SummarizeInput, *, s3, store, outputs_bucket: str) 
 def about_variables(run: dict) -> dict:
     """The variables a study of any file read, per pattern label (the plan's family cases, kept in the RUN
     item), and one phrase naming them by role for the recommendation."""
-    cases = run.get("family_cases") or []
+    # open-list reads every object's metadata, no variable: it names none
+    cases = [c for c in run.get("family_cases") or [] if not str(c.get("label", "")).startswith("open-list")]
     by_pattern = {c["label"]: c["variable"] for c in cases if c.get("label") and c.get("variable")}
     by_role: dict[str, list[str]] = {}
     for case in cases:
