@@ -103,7 +103,7 @@ def test_hostile_plans_name_the_field(plan, field):
 @pytest.mark.parametrize("override, field, ceiling", [
     ({"scaling": {"workers": [1000] * 5}}, "scaling.workers: a study of 1,000", "max_scaling_workers = 256"),
     ({"repetitions": 100, "max_repetitions": 100}, "repetitions: asks for 100", "max_repetitions = 20"),
-    ({"scaling": {"workers": [200] * 5}}, "cases: up to 199,296", "max_cases = 20,000"),
+    ({"scaling": {"workers": [200] * 5}}, "cases: up to 199,512", "max_cases = 20,000"),
     ({"variants": [{"kind": "rechunk-zarr", "chunks": [1, 1, 1]}]}, "variants[0].chunks: a chunk of 1",
      "minimum min_chunk_elements = 16"),
     ({"variants": [{"kind": "rechunk-zarr", "chunks": [i + 1, 10, 10]} for i in range(17)]},

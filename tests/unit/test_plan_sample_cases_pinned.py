@@ -47,4 +47,16 @@ def test_the_two_samples_case_lists_are_unchanged(samples):
     now = current_lists(samples)
     assert sorted(now) == sorted(pinned)
     for key in pinned:
-        assert now[key] == pinned[key], key
+        # the default plan now reads every HDF5 variant with xarray too (issue 34: the readers users use
+        # most, in every study): its cases are added; every pinned case stays, in the same order
+        assert [c for c in now[key] if c[2] != "xarray-h5netcdf"] == pinned[key], key
+
+
+def test_the_default_plan_reads_every_hdf5_case_with_xarray_too(samples):
+    pinned = json.loads(PINNED.read_text())
+    now = current_lists(samples)
+    for sample in samples:
+        key = f"{sample}/default"
+        added = {tuple(c[:2] + c[3:]) for c in now[key] if c[2] == "xarray-h5netcdf"}
+        hdf5 = {tuple(c[:2] + c[3:]) for c in pinned[key] if c[2] == "h5py-s3fs-aligned"}
+        assert added == hdf5 and hdf5, key

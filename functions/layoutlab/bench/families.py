@@ -171,7 +171,9 @@ class RowSubset(Pattern):
     def select(self, handle, p):
         if not p["variables"] or p["coordinate"] is None or p["low"] is None or p["high"] is None:
             raise PatternMismatch(f"{self.name}: needs variables, a coordinate and a range (the plan gives them)")
-        coordinate = _whole(_array(handle, p["coordinate"]))
+        array = _array(handle, p["coordinate"])
+        # the range is in stored units: a reader decoding CF packing (xarray) gives them back to compare
+        coordinate = array.stored_whole() if hasattr(array, "stored_whole") else _whole(array)
         rows = np.nonzero((coordinate >= p["low"]) & (coordinate <= p["high"]))[0]
         if rows.size == 0:
             raise PatternMismatch(f"no row with {p['low']:g} <= {p['coordinate']} <= {p['high']:g}")

@@ -176,6 +176,25 @@ class _XarrayArray:
         stored = np.dtype(encoding.get("dtype", self.dtype))
         return int(np.prod(self.chunks, dtype="i8")) * stored.itemsize + (4 if encoding.get("fletcher32") else 0)
 
+    def stored_whole(self):
+        """The whole array in its stored units (CF scale_factor / add_offset undone, rounded back to the stored
+        integer type): a plan's row range is given in stored units, as h5py reads them (GLM's int16 event_lat)."""
+        values = np.asarray(self._da.values)
+        encoding = self._da.encoding
+        scale, offset = encoding.get("scale_factor"), encoding.get("add_offset")
+        if scale is None and offset is None:
+            return values
+        values = (values - (offset or 0)) / (scale if scale is not None else 1)
+        stored = np.dtype(encoding.get("dtype", values.dtype))
+        if stored.kind not in "iu":
+            return values
+        # back to the stored integer type through int64 (wrapping as h5py's view does: GLM's _Unsigned int16
+        # latitudes are negative numbers to h5py); fill values xarray made NaN stay NaN
+        out = np.full(values.shape, np.nan)
+        valid = np.isfinite(values)
+        out[valid] = np.round(values[valid]).astype("i8").astype(stored)
+        return out
+
 
 class XarrayHandle(Handle):
     """What one ``xr.open_dataset(url, group=...)`` (or ``xr.open_datatree(url)``) opened, as a scientist opens it.

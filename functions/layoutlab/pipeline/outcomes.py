@@ -7,6 +7,7 @@ import json
 
 from layoutlab.pipeline.payloads import FailureInput, SummarizeInput
 from layoutlab.pipeline.repetitions import rounds_summary
+from layoutlab.pipeline.values_check import check_against_original
 from layoutlab.report.decision import decide
 from layoutlab.report.summary import summarize
 
@@ -23,6 +24,10 @@ def summarize_dataset(state: SummarizeInput, *, s3, store, outputs_bucket: str) 
     planned = state.cases.planned if state.cases else None  # every round's cases (pipeline/repetitions.py)
     bench_failures = [f for f in failures if f.get("stage") == "bench"]
     variants = {i["variant"]: i for i in items if i["kind"] == "VARIANT"}
+    # any file but the samples: each case's values compared with the original's read (checksum_ok set
+    # before the decision, so a case that read other values is never ranked)
+    values_check = check_against_original(results)
+    run = next((i for i in items if i["kind"] == "RUN"), {})
     # The recommendation the report page opens with; the page itself (matplotlib) is built
     # by `layoutlab report`, outside the Lambda layer's size limit.
     decided = decide(results, variants=variants)
@@ -31,8 +36,11 @@ def summarize_dataset(state: SummarizeInput, *, s3, store, outputs_bucket: str) 
 
     recipes = {platform: recipe(d, platform, variants, results) for platform, d in decided["platforms"].items()}
     primary = decided.get("primary_platform")
+    about = about_variables(run)
     summary.update(
-        recommendation=decided["sentence"],
+        recommendation=decided["sentence"] + (f" It is about {about['sentence']}." if about["sentence"] else ""),
+        variables=about["by_pattern"],
+        values_check=values_check,
         recipe={platform: r for platform, r in recipes.items() if r},
         recipe_text=(recipes.get(primary) or {}).get("text") if primary else None,
         pareto_front={platform: d["pareto"]["front"] for platform, d in decided["platforms"].items()},
@@ -65,6 +73,22 @@ def _upload_url(source) -> str | None:
         return source["url"]
     bucket, key = source.get("bucket"), source.get("key")
     return f"s3://{bucket}/{key}" if isinstance(bucket, str) and isinstance(key, str) else None
+
+
+def about_variables(run: dict) -> dict:
+    """The variables a study of any file read, per pattern label (the plan's family cases, kept in the RUN
+    item), and one phrase naming them by role for the recommendation."""
+    # open-list reads every object's metadata, no variable: it names none
+    cases = [c for c in run.get("family_cases") or [] if not str(c.get("label", "")).startswith("open-list")]
+    by_pattern = {c["label"]: c["variable"] for c in cases if c.get("label") and c.get("variable")}
+    by_role: dict[str, list[str]] = {}
+    for case in cases:
+        names = by_role.setdefault(case.get("role") or "?", [])
+        for name in str(case.get("variable") or "").split(", "):
+            if name and name not in names:
+                names.append(name)
+    sentence = "; ".join(f"the {role} {', '.join(names)}" for role, names in by_role.items() if names)
+    return {"by_pattern": by_pattern, "sentence": sentence or None}
 
 
 def record_failure(failure: FailureInput, *, store) -> dict:

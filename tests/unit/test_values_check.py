@@ -1,0 +1,69 @@
+"""The summary's check of any file's values: each case's digest against the original's for the same case."""
+
+from __future__ import annotations
+
+from layoutlab.pipeline.outcomes import about_variables
+from layoutlab.pipeline.values_check import check_against_original
+from layoutlab.report.decision import measured
+
+
+def _result(variant, reader, digest, pattern="box", params=None, **extra):
+    return {"kind": "RESULT", "status": "ok", "platform": "local-lambda", "variant": variant, "reader": reader,
+            "pattern": pattern, "pattern_params": params or {"variable": "t2m"}, "checksum_ok": None,
+            "result_summary": {"values_sha256": digest} if digest else {}, **extra}
+
+
+def test_equal_digests_check_out_and_the_sentence_says_every_value():
+    results = [_result("original", "h5py-s3fs-aligned", "a"), _result("paged-1MiB", "h5py-s3fs-aligned", "a"),
+               _result("original", "h5py-s3fs-aligned", None, pattern="open-list", params={})]
+    check = check_against_original(results)
+    assert (check["checked"], check["equal"], check["mismatches"]) == (2, 2, [])
+    assert check["sentence"] == "Every value read (2 cases) was checked equal to the original's."
+    assert [r["checksum_ok"] for r in results] == [True, True, None]
+
+
+def test_a_variant_reading_other_values_is_a_visible_failed_check_never_ranked():
+    results = [_result("original", "h5py-s3fs-aligned", "a"), _result("paged-1MiB", "h5py-s3fs-aligned", "b"),
+               _result("zarr-x", "zarr-python", "a", params={"variable": "t2m", "index": [1]})]
+    check = check_against_original(results)
+    assert check["checked"] == 2 and check["equal"] == 1 and check["unchecked"] == 1
+    assert check["mismatches"] == [{"variant": "paged-1MiB", "reader": "h5py-s3fs-aligned", "pattern": "box",
+                                    "platform": "local-lambda", "reference_reader": "h5py-s3fs-aligned"}]
+    assert check["sentence"].startswith("1 of 2 cases read values different from the original's")
+    assert not measured(results[1]) and measured(results[0])
+
+
+def test_h5pys_read_of_the_original_is_the_reference_over_another_original_reader():
+    results = [_result("original", "kerchunk-fsspec", "wrong"), _result("original", "h5py-s3fs-default", "a"),
+               _result("paged-1MiB", "h5py-s3fs-aligned", "a")]
+    check = check_against_original(results)
+    assert [m["reader"] for m in check["mismatches"]] == ["kerchunk-fsspec"]
+    assert results[2]["checksum_ok"] is True
+
+
+def test_regenerated_checks_of_the_samples_are_left_alone():
+    results = [_result("original", "h5py-s3fs-aligned", "a"), _result("paged-1MiB", "h5py", "b", checksum_ok=True)]
+    results[1]["checksum_ok"] = True
+    check_against_original(results)
+    assert results[1]["checksum_ok"] is True
+
+
+def test_the_recommendation_names_the_variables_by_role():
+    run = {"family_cases": [
+        {"label": "open-list", "role": "grid", "variable": "(every object)", "why": ""},
+        {"label": "variable-read", "role": "grid", "variable": "t2m", "why": ""},
+        {"label": "multi-variable", "role": "grid", "variable": "t2m, d2m", "why": ""},
+        {"label": "column-read", "role": "table", "variable": "gt1l/h_li", "why": ""}]}
+    about = about_variables(run)
+    assert about["by_pattern"]["multi-variable"] == "t2m, d2m" and "open-list" not in about["by_pattern"]
+    assert about["sentence"] == "the grid t2m, d2m; the table gt1l/h_li"
+    assert about_variables({})["sentence"] is None
+
+
+def test_xarrays_decoded_values_are_compared_with_xarrays_read_of_the_original():
+    results = [_result("original", "h5py-s3fs-aligned", "raw"), _result("original", "xarray-h5netcdf", "scaled"),
+               _result("paged-1MiB", "xarray-h5netcdf", "scaled"), _result("paged-1MiB", "h5py-s3fs-aligned", "raw")]
+    check = check_against_original(results)
+    assert (check["checked"], check["equal"]) == (4, 4)
+    results.append(_result("paged-1MiB", "xarray-h5netcdf", "raw", repetition=1))
+    assert check_against_original(results)["mismatches"][0]["reader"] == "xarray-h5netcdf"
