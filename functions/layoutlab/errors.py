@@ -34,6 +34,13 @@ class BadInputFile(UserError):
 DAMAGED_HDF5_ERRORS = (OSError, ValueError, KeyError, RuntimeError, OverflowError)
 
 
+# What HDF5 says when it cannot open the file a dataset's values are in (external raw storage, a virtual
+# dataset's source): in a confined worker (layoutlab.sandbox), the kernel's refusal of a path outside the
+# upload; without one, the pre-pass refuses such a dataset before any read.
+OUTSIDE_OPEN_FAILED = ("unable to open external raw data file", "unable to open source file",
+                       "unable to open external file", "unable to open virtual")
+
+
 def damaged_reason(error: BaseException) -> str:
     """One line for a read error on a damaged file: ``Type: first line of the message``, and why a chunk
     was refused when the bounded deflate filter refused it (HDF5 itself says only that a filter failed)."""
@@ -41,6 +48,9 @@ def damaged_reason(error: BaseException) -> str:
 
     refusal = take_refusal()
     text = str(error).strip().splitlines()
+    if any(said in str(error) for said in OUTSIDE_OPEN_FAILED):
+        return (f"its values lie in a file outside the upload, which may not be opened "
+                f"({type(error).__name__}: {text[0] if text else 'no detail'})")
     if refusal is not None:
         return f"{type(error).__name__}: {text[0] if text else 'no detail'}: {refusal}"
     return f"{type(error).__name__}: {text[0] if text else 'no detail'}"

@@ -89,7 +89,7 @@ class GridKind(VariantKind):
                                objects, "max_objects_per_variant", ceilings.max_objects_per_variant)
 
     def expand(self, entry, facts):
-        if facts.kind != "grid" or not facts.grid_shape:
+        if "grid" not in (facts.kind, facts.role) or not facts.grid_shape:
             return []
         spec = dict(entry)
         chunks = spec["chunks"]

@@ -78,16 +78,17 @@ def dataset_facts(location: str, plan: dict | None = None) -> DatasetFacts:
             f.visititems(visit)
             if candidates:
                 _, name, dataset = max(candidates, key=lambda c: c[0])
+                grid = dict(grid_shape=tuple(int(n) for n in dataset.shape), dims=_dimension_names(dataset),
+                            itemsize=dataset.dtype.itemsize, variable=name)
                 if _presets_fit(f, dataset):
-                    return DatasetFacts(kind="grid", grid_shape=tuple(int(n) for n in dataset.shape),
-                                        dims=_dimension_names(dataset), itemsize=dataset.dtype.itemsize,
-                                        variable=name)
+                    return DatasetFacts(kind="grid", **grid)
+                return structure_facts(f, location, plan, grid)
             return structure_facts(f, location, plan)
     except OSError as error:
         raise BadInputFile(location, f"cannot be read as HDF5: {str(error).splitlines()[0]}") from None
 
 
-def structure_facts(f, location: str, plan: dict | None = None) -> DatasetFacts:
+def structure_facts(f, location: str, plan: dict | None = None, grid: dict | None = None) -> DatasetFacts:
     """Facts of a file of any structure: its role and the family cases planned for it (kind ``other`` and
     no cases when it holds no numeric array to read; ``structure.describe`` says what it holds)."""
     from layoutlab.pipeline import plan as plans
@@ -110,6 +111,10 @@ def structure_facts(f, location: str, plan: dict | None = None) -> DatasetFacts:
                             family_skipped=tuple(planned.skipped))
     # (kind "structure", never a role's name: a grid of any shape is not the grid the presets and the
     # grid-only variants are for)
-    return DatasetFacts(kind="structure", role=structure.role, structure=record,
+    # A grid's largest 3-D float array (``grid``) keeps the plan's grid layouts (variants ``applies_to:
+    # grid``: Nguyen's time-series / map / balanced chunk shapes over its own dimensions), whatever its
+    # coordinates hold: the presets' patterns need Seattle and Ohio, the layouts only the shape.
+    grid_facts = grid if (grid and structure.role == "grid") else {}
+    return DatasetFacts(kind="structure", role=structure.role, structure=record, **grid_facts,
                         family_cases=tuple(c.to_dict() for c in planned.cases),
                         family_skipped=tuple(planned.skipped))

@@ -334,7 +334,7 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
     that paged variant builds them once it has published it.
     """
     entries = [(v, kinds.get(v["kind"])) for v in plan["variants"]
-               if not v.get("applies_to") or v.get("applies_to") == facts.kind]
+               if not v.get("applies_to") or v.get("applies_to") in (facts.kind, facts.role)]
     specs = [spec for entry, kind in entries for spec in kind.expand(entry, facts)]
     specs += [spec for entry, kind in entries for spec in kind.expand_after(entry, list(specs))]
     names = [s["name"] for s in specs]

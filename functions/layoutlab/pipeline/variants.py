@@ -17,7 +17,7 @@ import time
 
 from layoutlab import kinds, settings
 from layoutlab.ceilings import Ceilings
-from layoutlab.errors import BadInputFile
+from layoutlab.errors import OUTSIDE_OPEN_FAILED, BadInputFile
 from layoutlab.pipeline.payloads import ConvertTask
 from layoutlab.storage import S3Location
 
@@ -122,12 +122,6 @@ def _client_spec(s3) -> dict:
                 "aws_session_token": frozen.token} if frozen is not None else {})}
 
 
-# What HDF5 says when it cannot open the file a dataset's values are in (external raw storage, a virtual
-# dataset's source): in a confined worker, the kernel's refusal of a path outside the upload.
-_OUTSIDE_OPEN_FAILED = ("unable to open external raw data file", "unable to open source file",
-                        "unable to open external file", "unable to open virtual")
-
-
 def _convert_with_own_client(convert, spec: dict, source: dict, client_spec: dict, context, upload: str) -> dict:
     import boto3
 
@@ -135,7 +129,7 @@ def _convert_with_own_client(convert, spec: dict, source: dict, client_spec: dic
         return convert(spec, source, boto3.session.Session().client("s3", **client_spec), context)
     except OSError as error:
         said = str(error)
-        if not any(text in said for text in _OUTSIDE_OPEN_FAILED):
+        if not any(text in said for text in OUTSIDE_OPEN_FAILED):
             raise
         raise BadInputFile(upload, "a dataset's values lie in a file outside the upload, which this worker may "
                                    f"not open (HDF5: {said.splitlines()[0][:200]})") from None
