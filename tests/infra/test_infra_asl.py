@@ -78,7 +78,8 @@ def test_no_indexed_paths_that_moto_misreads(asl):
 def test_placeholders_are_exactly_the_documented_substitutions():
     from layoutlab_cdk.pipeline_stack import asl_placeholders
 
-    placeholders = asl_placeholders(ASL_PATH.read_text())
+    placeholders = asl_placeholders(ASL_PATH.read_text()) | asl_placeholders(
+        (ASL_PATH.parent / "backfill.asl.json").read_text())  # (the pipeline's and the backfill's)
     readme = (REPO_ROOT / "stepfunctions" / "README.md").read_text()
     documented = set(re.findall(r"`\$\{([A-Za-z0-9]+)\}`", readme))
     assert placeholders == documented

@@ -87,9 +87,12 @@ def test_a_failure_reason_names_its_error_once():
         "Error": "UserError", "Cause": json.dumps({"errorMessage": "UserError: s3://b/k: holds no numeric array"})}),
         store=store)
     assert out["reason"] == "UserError: s3://b/k: holds no numeric array"
-    out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={"Error": "States.Timeout", "Cause": "late"}),
+    out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={"Error": "States.Runtime", "Cause": "late"}),
                          store=store)
-    assert out["reason"] == "States.Timeout: late"
+    assert out["reason"] == "States.Runtime: late"
+    out = record_failure(FailureInput(stage="plan", dataset_id="d1", error={"Error": "States.Timeout", "Cause": "late"}),
+                         store=store)  # (a timeout also says which step ran past its limit)
+    assert out["reason"] == "States.Timeout: late (the plan step ran past its time limit and was stopped)"
 
 
 def test_the_plan_is_the_same_in_every_process():

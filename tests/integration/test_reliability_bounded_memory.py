@@ -83,7 +83,10 @@ def roomy_dir(tmp_path):
 
 def run_cli(argv: list[str], memory_mb: int):
     started = time.perf_counter()
-    outcome = run_isolated("layoutlab.cli:main", argv, memory_mb=memory_mb, cpu=None, timeout=240)
+    # (the conversion reads a local file the test made: the benchmark's sandbox, which confines a case to
+    # its own task folder, is not what this test measures)
+    outcome = run_isolated("layoutlab.cli:main", argv, memory_mb=memory_mb, cpu=None, timeout=240,
+                           env={"LAYOUTLAB_SANDBOX": "0"})
     seconds = time.perf_counter() - started
     assert outcome.ok and outcome.result == 0, outcome.error or outcome.output_tail
     return outcome, seconds

@@ -148,7 +148,7 @@ class LoadReport:
 
 
 def run_load(pipeline, sample: str | Path, n: int, plan: str, *, timeout: float = 1800,
-             key_prefix: str = "incoming/load/", progress=None) -> LoadReport:
+             key_prefix: str = "incoming/load-", progress=None) -> LoadReport:
     """Upload ``sample`` ``n`` times under distinct keys, deliver every event at once, wait, count.
 
     ``pipeline`` is a set-up ``LocalPipeline`` whose ingest bucket holds the plan ``plan``.
