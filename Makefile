@@ -119,12 +119,13 @@ demo: sysdeps venv artifacts
 
 # The suite on every core (pytest-xdist, one worker per test file so module fixtures are made once),
 # then the tests that assert on measured time alone, so no other test's work lengthens their runs.
-# Both parts always run; the target fails if either does.
+# Both parts always run; the target fails if either does. The slowest tests are listed, so a log says
+# where the suite's time goes.
 TEST_WORKERS ?= auto
 test: sysdeps venv artifacts
 	@status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" tests || status=1; \
-	$(PY) -m pytest -q -m timing tests || status=1; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" --durations=25 tests || status=1; \
+	$(PY) -m pytest -q -m timing --durations=10 tests || status=1; \
 	exit $$status
 
 test-unit: venv

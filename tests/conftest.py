@@ -23,9 +23,13 @@ for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
     os.environ.pop(name, None)
 
 # Local-cloud state and kept demo results go to a fresh folder, never the user's.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 os.environ["LAYOUTLAB_STATE_DIR"] = tempfile.mkdtemp(prefix="layoutlab-test-state-")
+# removed when this test process ends (every xdist worker makes its own), so runs leave no folders behind
+atexit.register(shutil.rmtree, os.environ["LAYOUTLAB_STATE_DIR"], ignore_errors=True)
 
 # The local cloud fixtures (`local_cloud`, session-scoped; `cloud`, per test with
 # the environment set and moto reset afterwards): see layoutlab/local/pytest_plugin.py.
