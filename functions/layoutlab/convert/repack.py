@@ -16,17 +16,18 @@ from layoutlab.errors import BadInputFile, UserError
 
 
 def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,
-           verify: bool = False, progress=None) -> RepackSummary:
+           verify: bool = False, progress=None, copy_written=None) -> RepackSummary:
     """Repack ``in_path`` into ``out_path`` with paged aggregation (see repack_hdf5.repack for the options).
 
     ``verify``: the copy is compared with the input after it is written, and every stored chunk of the
-    input is decoded meanwhile, in a child process on the other core (convert/decode_check.py)."""
+    input is decoded meanwhile, in a child process on the other core (convert/decode_check.py).
+    ``copy_written``: called with the written copy's path before it is verified (repack_hdf5.repack)."""
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
     from layoutlab.convert.allocation import covering_allocation, short_allocation
 
     try:
-        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
+        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress, copy_written)
     except UserError:
         # A superblock whose end of allocation lies before the end of the file, where HDF5 then refuses to
         # read objects: once more from a private copy recording the whole file as allocated
@@ -36,7 +37,8 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
             raise
     with covering_allocation(in_path, out_path.parent) as (source, note):
         try:
-            summary = _repack(source, out_path, page_size, target_chunk_bytes, chunks, verify, progress)
+            summary = _repack(source, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
+                              copy_written)
         except UserError as error:
             raise _naming(error, source, in_path) from None
     summary.input = str(in_path)
@@ -44,7 +46,8 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     return summary
 
 
-def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress) -> RepackSummary:
+def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
+            copy_written=None) -> RepackSummary:
     decoding = None
     if verify:
         from layoutlab.convert import decode_check
@@ -54,7 +57,7 @@ def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, pr
         from layoutlab.convert.repack_hdf5 import repack as write_copy
 
         return write_copy(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
-                          decoding=decoding)
+                          decoding=decoding, copy_written=copy_written)
     finally:
         if decoding is not None:
             decoding.cancel()  # (nothing left to stop when the copy was verified: result() was collected)

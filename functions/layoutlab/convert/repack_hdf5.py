@@ -76,6 +76,7 @@ def repack(
     verify: bool = False,
     progress=None,
     decoding=None,
+    copy_written=None,
 ) -> RepackSummary:
     """Repack ``in_path`` into ``out_path`` with paged aggregation; return what was done.
 
@@ -85,6 +86,9 @@ def repack(
     shapes. Neither may exceed the page size. ``progress`` is called with the
     number of source bytes handled. Writes to a temporary name next to
     ``out_path`` and renames it, so a failure leaves no ``out_path`` behind.
+
+    ``copy_written`` (with ``verify``) is called with the copy's temporary path once it is written and
+    before it is verified (the convert task starts uploading it then: kinds/_transfer.PublishOnVerdict).
 
     ``layoutlab.convert.repack.repack`` is what callers use (it starts --verify's decode check).
     """
@@ -105,6 +109,8 @@ def repack(
                     stream.write(job.userblock)
             summary.seconds = time.perf_counter() - started
             if verify:
+                if copy_written is not None:
+                    copy_written(tmp)
                 verify_copy(in_path, tmp, summary, decoding)
         os.replace(tmp, out_path)
     finally:

@@ -8,6 +8,7 @@ an aligned reader's blocks are the file's pages.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -85,7 +86,7 @@ class PagedKind(VariantKind):
         from layoutlab.convert.repack_common import CopyDiffers
         from layoutlab.errors import BadInputFile, UserError
         from layoutlab.guard import run_guarded, start_guarded
-        from layoutlab.kinds._transfer import download, publish
+        from layoutlab.kinds._transfer import PublishOnVerdict, download, link_written_copy
         from layoutlab.storage import S3Location
 
         target = S3Location.parse(spec["uri"])
@@ -107,24 +108,34 @@ class PagedKind(VariantKind):
                 page_size, paging = choice.page_size, choice.record()
             else:
                 paging = {"page_size": int(page_size), "page_size_choice": "set by the plan", "size_budget": budget}
+            # the copy's parts go up while the worker verifies it; the object appears only on a clean verdict
+            ready = Path(scratch) / "variant.written.h5"
+            upload = None
             try:
                 # confined to the download and the copy's folder (layoutlab/sandbox.py): whatever the file
                 # points at, the worker can open nothing else
                 call = start_guarded(repack, source, out, path=original, page_size=page_size,
                                      without_credentials=True, target_chunk_bytes=spec.get("target_chunk_bytes"),
-                                     verify=True, confine=([str(source)], [scratch]))
+                                     verify=True, copy_written=functools.partial(link_written_copy, ready),
+                                     confine=([str(source)], [scratch]))
+                upload = PublishOnVerdict(s3, ready, target)  # (its thread starts after the fork)
                 summary = call.result()
-            except CopyDiffers:
-                raise  # (our copier's fault, never the input's: the state machine records it)
-            except UserError as error:  # repack refuses the file (data outside it, damage...): named by the upload
-                raise BadInputFile(original, str(error).replace(f"{source}: ", "").replace(str(source), original)) \
-                    from None
-            publish(s3, out, target)
+            except BaseException as error:
+                if upload is not None:
+                    upload.abort()  # nothing of an unverified copy is published
+                # CopyDiffers is our copier's fault, never the input's (the state machine records it); any other
+                # refusal (data outside the file, damage...) is the input's, named by the upload
+                if isinstance(error, UserError) and not isinstance(error, CopyDiffers):
+                    raise BadInputFile(original, str(error).replace(f"{source}: ", "").replace(str(source), original)) \
+                        from None
+                raise
+            upload.complete(out)
         result = summary.to_dict()
         # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
         # The notes stay text: a line or two.
         return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k not in ("notes", "decode_check") else v)
                            for k, v in result.items() if k not in ("input", "output")}, **paging,
+                "parts_sent_before_verdict": upload.parts_before_verdict,
                 **({"isolation": call.isolation.to_dict()} if call.isolation is not None else {})}
 
     def make_steps(self, variant, item, variants, steps_of):
