@@ -333,3 +333,38 @@ def test_a_reference_to_a_dataset_no_link_reaches_points_at_its_copy(tmp_path):
         assert h5py.h5o.get_info(target.id).rc == 1
         assert f[f["scale"].attrs["REFERENCE_LIST"][0][0]].name == "/kept"
     same_h5dump(src, out)
+
+
+# --- a file written by HDF5 2.0 with libver "latest" ------------------------------------------------------
+
+def test_a_file_in_hdf5_2_format_is_copied_keeping_its_format(tmp_path):
+    """h5py on HDF5 >= 2.0 with libver="latest" writes layout messages of a version HDF5 1.10's format bounds
+    refuse: the copy (1.10 bounds, for 1.10 readers) failed with "layout message version out of bounds".
+    Now the copy keeps the newer format where the input needs it, says so, and verifies."""
+    if h5py.version.hdf5_version_tuple < (2, 0, 0):
+        pytest.skip("needs HDF5 >= 2.0 to write the newer format")
+    src, out = tmp_path / "latest.h5", tmp_path / "out.h5"
+    values = np.arange(360 * 100, dtype=np.uint8).reshape(360, 100)
+    with h5py.File(src, "w", libver="latest") as f:
+        f.attrs["Conventions"] = np.bytes_("ODIM_H5/V2_2")
+        data = f.create_group("dataset1/data1").create_dataset("data", data=values, chunks=(90, 100),
+                                                                 compression="gzip")
+        data.attrs["quantity"] = np.bytes_("DBZH")
+    stdout = repack(src, out)
+    assert "newer than HDF5 1.10's" in stdout and "verified" in stdout
+    with h5py.File(out) as f:
+        np.testing.assert_array_equal(f["dataset1/data1/data"][...], values)
+        assert f["dataset1/data1/data"].attrs["quantity"] == b"DBZH"
+        assert f.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE
+    assert compare_files(src, out) == []
+
+
+def test_a_file_in_1_10_format_keeps_the_1_10_format(tmp_path):
+    """The newer format only where the input needs it: a file 1.10 tools read is copied readable by them."""
+    src, out = tmp_path / "plain.h5", tmp_path / "out.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("v", data=np.arange(1000.0), chunks=(100,), compression="gzip")
+    stdout = repack(src, out)
+    assert "newer than HDF5 1.10's" not in stdout
+    status, view = repack_corpus.h5dump_view(out)  # Debian's h5dump (HDF5 1.10) reads it
+    assert status == 0, view

@@ -101,9 +101,20 @@ def repack(
     started = time.perf_counter()
     try:
         with _damage_names_the_input(in_path):
-            with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
-                           progress) as job:
-                job.run()
+            try:
+                with _damage_names_the_input(in_path):
+                    with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
+                                   progress) as job:
+                        job.run()
+            except UserError as error:
+                # HDF5 2.0 writing with libver "latest" gives objects HDF5 1.10's format cannot hold: the
+                # copy keeps their format (the input was unreadable by 1.10 tools already); said in a note
+                if NEWER_FORMAT_REFUSED not in str(error):
+                    raise
+                summary.notes.append(NEWER_FORMAT_NOTE)
+                with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
+                               progress, newest_format=True) as job:
+                    job.run()
             if job.userblock:  # HDF5 reserves the user block but leaves its bytes to the application
                 with open(tmp, "r+b") as stream:
                     stream.write(job.userblock)
@@ -151,9 +162,18 @@ def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None) -> No
     summary.verified = True
 
 
+# What H5Ocopy says when an object of the input is in a newer format than the copy's bounds allow (a layout,
+# datatype or other message version of HDF5 2.0's "latest" format)
+NEWER_FORMAT_REFUSED = "version out of bounds"
+NEWER_FORMAT_NOTE = ("the input holds objects in a file format newer than HDF5 1.10's (written with libver "
+                     "\"latest\" by HDF5 >= 2.0): the copy keeps that format, so HDF5 1.10 tools read neither")
+
+
 class _Repacker:
-    def __init__(self, src_path, dst_path, page_size, target_chunk_bytes, chunks, summary, progress):
+    def __init__(self, src_path, dst_path, page_size, target_chunk_bytes, chunks, summary, progress,
+                 newest_format=False):
         self.src_path, self.dst_path = Path(src_path), Path(dst_path)
+        self.newest_format = newest_format
         self.page_size = page_size
         self.target_chunk_bytes = target_chunk_bytes
         self.explicit_chunks = {"/" + k.strip("/"): tuple(v) for k, v in chunks.items()}
@@ -221,7 +241,8 @@ class _Repacker:
         # The 1.10 file format, no newer: readable by HDF5 1.10 (Debian's ncdump links
         # it), and fixed-size chunked datasets get a single-block "fixed array" chunk
         # index instead of a B-tree (fewer metadata objects; measured faster to write).
-        fapl.set_libver_bounds(h5py.h5f.LIBVER_V110, h5py.h5f.LIBVER_V110)
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_V110,
+                               h5py.h5f.LIBVER_LATEST if self.newest_format else h5py.h5f.LIBVER_V110)
         # Whole pages are assembled in memory and written once.
         if PAGE_BUFFER_PAGES:
             fapl.set_page_buffer_size(PAGE_BUFFER_PAGES * self.page_size, PAGE_BUFFER_MIN_META_PERCENT, 0)
