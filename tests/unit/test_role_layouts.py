@@ -90,3 +90,36 @@ def test_a_record_chunked_variant_says_how_to_make_it_again():
 
     steps = kinds.get("rechunk-zarr").make_steps("zarr-rows1e5", {"spec": {"record_chunk": 100000}}, {}, None)
     assert steps["commands"] == ["layoutlab rechunk INPUT.h5 OUTPUT.zarr --record-chunk 100000"]
+
+
+def test_a_row_layout_over_the_object_ceiling_is_refused_before_any_conversion():
+    from layoutlab.ceilings import Ceilings
+
+    plan = plans.merge_plan(None)
+    facts = DatasetFacts(kind="structure", role="table", record_length=10**8, record_arrays=((10**8, 1),) * 30)
+    specs = plans.variant_specs(plan, facts)
+    with pytest.raises(PlanError, match="zarr-rows1e4: chunks: 30 arrays in chunks of 10000 along their first axis: "
+                                        "300,000 is over"):
+        plans.check_dataset_ceilings(plan, specs, facts, Ceilings(max_objects_per_variant=200_000))
+    plans.check_dataset_ceilings(plan, [s for s in specs if s["name"] != "zarr-rows1e4"], facts,
+                                 Ceilings(max_objects_per_variant=200_000))
+
+
+def test_rechunk_record_chunk_blocks_every_arrays_first_axis(tmp_path, capsys):
+    import h5py
+    import numpy as np
+    import zarr
+
+    from layoutlab import cli
+
+    src = tmp_path / "t.h5"
+    with h5py.File(src, "w") as f:
+        f["beam/height"] = np.arange(95, dtype="f4")
+        f["beam/counts"] = np.ones((95, 3), dtype="i2")
+    assert cli.main(["rechunk", str(src), str(tmp_path / "t.zarr"), "--record-chunk", "20", "--no-progress"]) == 0
+    group = zarr.open_group(str(tmp_path / "t.zarr"), mode="r")
+    assert group["beam/height"].chunks == (20,) and group["beam/counts"].chunks == (20, 3)
+    assert np.array_equal(group["beam/counts"][...], np.ones((95, 3), dtype="i2"))
+    capsys.readouterr()
+    assert cli.main(["rechunk", str(src), str(tmp_path / "u.zarr"), "--record-chunk", "20", "--chunks", "x=1"]) == 2
+    assert "--record-chunk chunks every array by its first axis" in capsys.readouterr().err
