@@ -166,3 +166,34 @@ def test_a_4d_grid_gets_nguyens_layouts_over_time_level_lat_lon(tmp_path, capsys
     # time series: whole time, one level, 10 x 10; map: one step, every level; sharded map: whole time a shard
     assert [v for v in planned["variants"] if v.startswith("zarr-")] == [
         "zarr-48x1x10x10", "zarr-1x12x40x60", f"zarr-{balanced}", "zarr-sharded-1x12x40x60"]
+
+
+def test_a_4d_grids_layouts_convert_with_their_chunks_and_keep_the_values(tmp_path, capsys):
+    """Each planned N-D layout, made as the rechunk-zarr kind makes it (its spec's options), holds the chunks its
+    name says and the source's values (the dimensions the plan names are the copy's)."""
+    import xarray as xr
+    import zarr
+
+    from layoutlab.convert.rechunk_zarr import rechunk
+    from layoutlab.kinds.rechunk_zarr import rechunk_options
+    from layoutlab.pipeline import plan as plans
+    from layoutlab.pipeline.facts import dataset_facts
+
+    path = tmp_path / "grid4d.nc"
+    values = np.random.default_rng(2).random((30, 5, 20, 24), dtype="f4")
+    coords = {"time": ("time", np.arange(30.0), {"units": "hours since 2000-01-01", "axis": "T"}),
+              "lev": ("lev", np.arange(5.0), {"axis": "Z", "positive": "down", "units": "hPa"}),
+              "lat": ("lat", np.linspace(-60, 60, 20), {"units": "degrees_north"}),
+              "lon": ("lon", np.linspace(0, 300, 24), {"units": "degrees_east"})}
+    xr.Dataset({"T": (("time", "lev", "lat", "lon"), values)}, coords=coords).to_netcdf(path, engine="h5netcdf")
+    plan = plans.merge_plan(None)
+    specs = [s for s in plans.variant_specs(plan, dataset_facts(str(path), plan)) if s["kind"] == "rechunk-zarr"]
+    assert [s["name"] for s in specs][:2] == ["zarr-30x1x10x10", "zarr-1x5x20x24"]
+    for spec in specs:
+        out = tmp_path / f"{spec['name']}.zarr"
+        rechunk(str(path), str(out), progress=False, **rechunk_options(spec))
+        array = zarr.open_group(str(out), mode="r")["T"]
+        chunks = tuple(spec["chunks"].values())
+        assert (array.shards or array.chunks) == (tuple(spec["shards"].values()) if spec.get("shards") else chunks)
+        assert array.chunks == chunks and spec["name"].endswith("x".join(map(str, chunks)))
+        assert np.array_equal(array[...], values)
