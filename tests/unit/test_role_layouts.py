@@ -53,7 +53,9 @@ def _facts(role, length, line_bytes=0):
 def test_a_tables_rows_are_capped_at_its_longest_table_and_identical_layouts_kept_once():
     plan = plans.merge_plan(None)
     names = [s["name"] for s in plans.variant_specs(plan, _facts("table", 250_000)) if s["kind"] == "rechunk-zarr"]
-    assert names == ["zarr-rows1e4", "zarr-rows1e5", "zarr-rows250000"]
+    assert names == ["zarr-rows1e4", "zarr-rows1e5"]
+    six = plans.merge_plan({"variants": [{"kind": "rechunk-zarr", "chunks": "rows", "rows": 10**6, "applies_to": "table"}]})
+    assert [s["name"] for s in plans.variant_specs(six, _facts("table", 250_000))] == ["zarr-rows250000"]
     short = [s for s in plans.variant_specs(plan, _facts("table", 5000)) if s["kind"] == "rechunk-zarr"]
     assert [(s["name"], s["record_chunk"]) for s in short] == [("zarr-rows5000", 5000)]
 
@@ -69,9 +71,10 @@ def test_a_swaths_scan_lines_make_blocks_of_about_the_target_bytes():
 
 def test_the_case_bound_counts_a_roles_layouts():
     plan = plans.merge_plan(None)
-    without = plans.merge_plan({"variants": [v for v in plan["variants"] if v.get("applies_to") != "table"]})
+    without = plans.merge_plan({"variants": [v for v in plan["variants"] if v.get("applies_to") not in ("table", "swath")]})
     assert plans.case_bound(plan)[0] > plans.case_bound(without)[0]
     assert "for a table" in plans.case_bound(plan)[1]
+    assert "for a file of any other structure" in plans.case_bound(without)[1]
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -123,3 +126,19 @@ def test_rechunk_record_chunk_blocks_every_arrays_first_axis(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["rechunk", str(src), str(tmp_path / "u.zarr"), "--record-chunk", "20", "--chunks", "x=1"]) == 2
     assert "--record-chunk chunks every array by its first axis" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("environment", ["dev", "prod"])
+def test_the_default_plan_with_its_role_layouts_fits_every_environments_ceilings(environment):
+    """The local run and a dev deployment validate every upload's plan against cdk.json's dev ceilings: the role
+    layouts must leave the default plan's case bound (counted for a table and a swath too) under them."""
+    import json
+    from pathlib import Path
+
+    from layoutlab.ceilings import Ceilings
+
+    app = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
+    ceilings = Ceilings.from_mapping(app["context"]["layoutlab:environments"][environment]["ceilings"])
+    plans.merge_plan(None, ceilings=ceilings)
+    bound, _ = plans.case_bound(plans.default_plan())
+    assert bound <= ceilings.max_cases
