@@ -1,8 +1,8 @@
 """The instrument never lies: every byte a case reads crosses its own emulated link, for every reader x variant kind.
 
-Every variant kind a plan can produce (original, paged, rechunked + paged, Zarr, sharded Zarr,
-kerchunk over the original and over the paged copy, Icechunk of virtual chunks, native Icechunk)
-is made from small GEOS-like and ATL03-like samples with layoutlab's converters, *in the
+Every variant kind a plan can produce (original, paged, rechunked + paged, Zarr, sharded Zarr, Zarr of a
+table's rows and of a swath's scan lines, kerchunk over the original and over the paged copy, Icechunk of
+virtual chunks, native Icechunk) is made from small GEOS-like, ATL03-like and swath samples with layoutlab's converters, *in the
 environment the local pipeline converts in* (``AWS_ENDPOINT_URL_S3`` = the local S3 itself,
 ``local/dispatch.py``): whatever a converter persists (an endpoint in an Icechunk container, a
 URL in kerchunk references) is what the readers meet. Then every reader that can open each
@@ -57,7 +57,10 @@ GRANULE_PATTERNS = ("granule-open-list", "beam-read", "beam-subset")
 # the pattern families (bench/families.py) as the plan step fits them to each sample's structure
 # (pipeline/families.py; the samples themselves get the presets above, any other file these)
 FAMILY_PATTERNS = {"geos": ("variable-read", "record-slice", "point-series", "box"),
-                   "atl03": ("open-list", "column-read", "row-subset", "multi-variable")}
+                   "atl03": ("open-list", "column-read", "row-subset", "multi-variable"),
+                   "swath": ("variable-read", "record-slice", "point-series", "box", "multi-variable")}
+# the named presets of each sample (a swath has none: its families are its patterns)
+NAMED_PATTERNS = {"geos": GRID_PATTERNS, "atl03": GRANULE_PATTERNS, "swath": ()}
 LOW_MS, HIGH_MS = 25, 250
 # The 25 ms run may be slowed by other work on a shared machine (it only makes the difference smaller):
 # the difference must reach this share of the sequential round trips' added latency.
@@ -97,6 +100,32 @@ def _rechunked_paged(source: Path, out: Path) -> Path:
     return out
 
 
+def _zarr_records(source: Path, out: Path, record_chunk: int) -> Path:
+    """A table's rows / a swath's scan lines in blocks (the default plan's zarr-rows / zarr-lines layouts), made
+    by layoutlab's rechunk as the pipeline's rechunk-zarr kind makes them."""
+    from layoutlab.convert.rechunk_zarr import rechunk
+
+    rechunk(str(source), str(out), progress=False, record_chunk=record_chunk)
+    return out
+
+
+def write_swath(path: Path, scans: int = 240, pixels: int = 64) -> Path:
+    """A small swath (structure.py's role): two (scan, pixel) variables over 2-D latitude / longitude that vary along
+    scan lines and across them, stored in chunks of 8 scan lines."""
+    rng = np.random.default_rng(7)
+    scan, pixel = np.meshgrid(np.arange(scans), np.arange(pixels), indexing="ij")
+    with h5py.File(path, "w") as f:
+        geo = f.create_group("geolocation")
+        geo.create_dataset("latitude", data=(-40 + 0.3 * scan + 0.05 * pixel).astype("f4"))
+        geo.create_dataset("longitude", data=(10 + 0.02 * scan + 0.4 * pixel).astype("f4"))
+        geo["latitude"].attrs["units"], geo["longitude"].attrs["units"] = "degrees_north", "degrees_east"
+        product = f.create_group("product")
+        for name in ("column_amount", "cloud_fraction"):
+            product.create_dataset(name, data=rng.random((scans, pixels), dtype="f4"), chunks=(8, pixels))
+            product[name].attrs["coordinates"] = "latitude longitude"
+    return path
+
+
 def _zarr(source: Path, out: Path, shards: bool) -> Path:
     import xarray as xr
 
@@ -116,18 +145,26 @@ def variants(cloud_env, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("invariants")
     samples = {"geos": write_geos(work / "geos.nc", shape=(24, 46, 72)),
-               "atl03": write_atl03(work / "atl03.h5", photons=60000, chunk=10000)}
+               "atl03": write_atl03(work / "atl03.h5", photons=60000, chunk=10000),
+               "swath": write_swath(work / "swath.h5")}
     made: dict = {}
     s3 = boto3.client("s3", endpoint_url=cloud_env.moto_endpoint, region_name="us-east-1")
     with pytest.MonkeyPatch.context() as patch:
         # the local pipeline's conversion environment: the local S3's own endpoint (local/dispatch.py)
         patch.setenv("AWS_ENDPOINT_URL_S3", cloud_env.moto_endpoint)
-        for sample, source in samples.items():
+        # the swath's new layout: blocks of 24 scan lines (its own original and paged copies are the HDF5 kinds
+        # the other samples already cover)
+        made[("swath", "zarr-lines")] = {"local": _zarr_records(samples["swath"], work / "swath-lines.zarr", 24)}
+        made[("swath", "zarr-lines")]["url"] = upload_target(made[("swath", "zarr-lines")]["local"], cloud_env,
+                                                             prefix="invariants/swath")
+        for sample, source in ((k, v) for k, v in samples.items() if k != "swath"):
             files = {"original": Path(source), "paged": _h5repack_paged(source, work / f"{sample}-paged.h5"),
                      "rechunked-paged": _rechunked_paged(source, work / f"{sample}-rechunked-paged.h5")}
             if sample == "geos":
                 files["zarr"] = _zarr(source, work / "geos.zarr", shards=False)
                 files["zarr-sharded"] = _zarr(source, work / "geos-sharded.zarr", shards=True)
+            else:  # a table's rows in chunks of 2 x 10^4 photons (the granule's are 10^4)
+                files["zarr-rows"] = _zarr_records(source, work / "atl03-rows.zarr", 20000)
             for kind, path in files.items():
                 made[(sample, kind)] = {"url": upload_target(path, cloud_env, prefix=f"invariants/{sample}"),
                                         "local": path}
@@ -341,7 +378,9 @@ def needed_bytes(variants, sample: str, kind: str, pattern: str) -> int:
 # -- the matrix: every reader that can open each kind, every pattern ----------------------------------
 KINDS = {"geos": ("original", "paged", "rechunked-paged", "zarr", "zarr-sharded", "kerchunk-original",
                   "kerchunk-paged", "icechunk-virtual", "icechunk-native"),
-         "atl03": ("original", "paged", "rechunked-paged", "kerchunk-original", "kerchunk-paged", "icechunk-virtual")}
+         "atl03": ("original", "paged", "rechunked-paged", "zarr-rows", "kerchunk-original", "kerchunk-paged",
+                   "icechunk-virtual"),
+         "swath": ("zarr-lines",)}
 
 
 def _readers_of(kind: str) -> tuple:
@@ -364,10 +403,10 @@ def _matrix():
     rows = []
     turn = 0
     for sample, kinds in KINDS.items():
-        patterns = (GRID_PATTERNS if sample == "geos" else GRANULE_PATTERNS) + FAMILY_PATTERNS[sample]
+        patterns = NAMED_PATTERNS[sample] + FAMILY_PATTERNS[sample]
         for kind in kinds:
             for reader in _readers_of(kind):
-                if FULL_MATRIX:
+                if FULL_MATRIX or len(kinds) == 1:  # (a sample of one layout: the swath's, every family on it)
                     chosen = list(patterns)
                 else:  # the next pattern in turn this reader can read
                     order = patterns[turn % len(patterns):] + patterns[:turn % len(patterns)]
@@ -380,8 +419,7 @@ def _matrix():
 
 def test_the_suites_matrix_runs_every_pattern():
     ran = {(sample, pattern) for _, sample, _, pattern in (p.values for p in _matrix())}
-    assert ran >= {("geos", p) for p in GRID_PATTERNS + FAMILY_PATTERNS["geos"]} | {
-        ("atl03", p) for p in GRANULE_PATTERNS + FAMILY_PATTERNS["atl03"]}
+    assert ran >= {(sample, p) for sample in KINDS for p in NAMED_PATTERNS[sample] + FAMILY_PATTERNS[sample]}
 
 
 def test_the_matrix_covers_every_reader_and_variant_kind():
@@ -391,7 +429,8 @@ def test_the_matrix_covers_every_reader_and_variant_kind():
     assert covered == set(READERS), set(READERS) - covered
     assert set(itertools.chain(*READERS_BY_FORMAT.values())) <= covered
     # plan kinds -> the variants made here: original, repack-paged (paged), rechunked-paged, rechunk-zarr (zarr,
-    # sharded or not), virtual-kerchunk (over original and paged), icechunk-virtual, icechunk (native)
+    # sharded or not; a table's rows, a swath's scan lines), virtual-kerchunk (over original and paged),
+    # icechunk-virtual, icechunk (native)
     assert set(VARIANT_KINDS) == {"original", "repack-paged", "rechunked-paged", "rechunk-zarr", "virtual-kerchunk",
                                   "icechunk-virtual", "icechunk"}
 

@@ -124,3 +124,76 @@ def test_a_family_reading_more_than_the_ceiling_is_not_planned_and_says_why():
     assert {"record-slice", "point-series"} <= {c["pattern"] for c in fitted.family_cases}
     assert any(line.startswith("variable-read of product/vertical_column_stratosphere: reads 2,162,688 bytes")
                for line in fitted.family_skipped), fitted.family_skipped
+
+
+LAYOUTS = {  # each product's role layouts in the default plan (kinds/_grid.py): names say the shape
+    "GEDI02_B": ["zarr-rows73"], "OR_GLM-L2": ["zarr-rows1e4", "zarr-rows18361"], "processed_ATL07": ["zarr-rows368"],
+    "ATL06_": ["zarr-rows1e4"], "TEMPO_NO2": ["zarr-lines132", "zarr-lines16"], "OMPS-NPP": ["zarr-lines400"],
+    "2A-RW-BRS": ["zarr-lines121", "zarr-lines7"], "era5_": ["zarr-105x237"],
+    "M2T1NXSLV": ["zarr-2x10x10", "zarr-1x21x17", "zarr-2x21x17", "zarr-sharded-1x21x17"],
+}
+
+
+@pytest.mark.parametrize("prefix", list(LAYOUTS))
+def test_tables_get_row_chunks_swaths_scan_line_blocks_grids_their_own_axes(prefix, capsys):
+    [path] = [p for p in PRODUCTS if p.name.startswith(prefix)]
+    assert main(["plan", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    zarr = [v for v in planned["variants"] if v.startswith("zarr-")]
+    assert zarr == LAYOUTS[prefix], planned["variants"]
+    # paged repack and references for every file, beside them
+    assert {"original", "paged-auto", "kerchunk-original", "icechunk-virtual"} <= set(planned["variants"])
+    assert {c["variant"] for c in planned["cases"]} >= set(zarr)
+
+
+def test_a_4d_grid_gets_nguyens_layouts_over_time_level_lat_lon(tmp_path, capsys):
+    import xarray as xr
+
+    path = tmp_path / "grid4d.nc"
+    shape = (48, 12, 40, 60)
+    coords = {"time": ("time", np.arange(48.0), {"units": "hours since 2000-01-01", "axis": "T"}),
+              "lev": ("lev", np.arange(12.0), {"axis": "Z", "positive": "down", "units": "hPa"}),
+              "lat": ("lat", np.linspace(-60, 60, 40), {"units": "degrees_north"}),
+              "lon": ("lon", np.linspace(0, 300, 60), {"units": "degrees_east"})}
+    values = np.random.default_rng(1).random(shape, dtype="f4")
+    xr.Dataset({"T": (("time", "lev", "lat", "lon"), values)}, coords=coords).to_netcdf(path, engine="h5netcdf")
+    assert main(["plan", str(path), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["role"] == "grid"
+    from layoutlab.kinds._grid import chunk_preset_nd
+
+    balanced = "x".join(map(str, chunk_preset_nd("balanced", shape, ("T", "Z", "Y", "X"))))
+    # time series: whole time, one level, 10 x 10; map: one step, every level; sharded map: whole time a shard
+    assert [v for v in planned["variants"] if v.startswith("zarr-")] == [
+        "zarr-48x1x10x10", "zarr-1x12x40x60", f"zarr-{balanced}", "zarr-sharded-1x12x40x60"]
+
+
+def test_a_4d_grids_layouts_convert_with_their_chunks_and_keep_the_values(tmp_path, capsys):
+    """Each planned N-D layout, made as the rechunk-zarr kind makes it (its spec's options), holds the chunks its
+    name says and the source's values (the dimensions the plan names are the copy's)."""
+    import xarray as xr
+    import zarr
+
+    from layoutlab.convert.rechunk_zarr import rechunk
+    from layoutlab.kinds.rechunk_zarr import rechunk_options
+    from layoutlab.pipeline import plan as plans
+    from layoutlab.pipeline.facts import dataset_facts
+
+    path = tmp_path / "grid4d.nc"
+    values = np.random.default_rng(2).random((30, 5, 20, 24), dtype="f4")
+    coords = {"time": ("time", np.arange(30.0), {"units": "hours since 2000-01-01", "axis": "T"}),
+              "lev": ("lev", np.arange(5.0), {"axis": "Z", "positive": "down", "units": "hPa"}),
+              "lat": ("lat", np.linspace(-60, 60, 20), {"units": "degrees_north"}),
+              "lon": ("lon", np.linspace(0, 300, 24), {"units": "degrees_east"})}
+    xr.Dataset({"T": (("time", "lev", "lat", "lon"), values)}, coords=coords).to_netcdf(path, engine="h5netcdf")
+    plan = plans.merge_plan(None)
+    specs = [s for s in plans.variant_specs(plan, dataset_facts(str(path), plan)) if s["kind"] == "rechunk-zarr"]
+    assert [s["name"] for s in specs][:2] == ["zarr-30x1x10x10", "zarr-1x5x20x24"]
+    for spec in specs:
+        out = tmp_path / f"{spec['name']}.zarr"
+        rechunk(str(path), str(out), progress=False, **rechunk_options(spec))
+        array = zarr.open_group(str(out), mode="r")["T"]
+        chunks = tuple(spec["chunks"].values())
+        assert (array.shards or array.chunks) == (tuple(spec["shards"].values()) if spec.get("shards") else chunks)
+        assert array.chunks == chunks and spec["name"].endswith("x".join(map(str, chunks)))
+        assert np.array_equal(array[...], values)

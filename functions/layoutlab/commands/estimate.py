@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 
 DESCRIPTION = """\
-Estimate what the pipeline would take in AWS for a gridded dataset of --shape: rechunk
+With FILE (a path or s3:// URL): what the plan's study of that file takes, from its structure
+model (metadata only: nothing converted): the variants and benchmark cases the plan step would
+make, and each variant's conversion time on one core and its storage, from the measured rates
+(rechunk: benchmarks/results/rechunk*.json, as below; paged repack: bench_repack*.json).
+
+With --shape: estimate what the pipeline would take in AWS for a gridded dataset of --shape: rechunk
 it to every chunk shape of --grid (fanned out into work units like the pipeline does),
 then benchmark every shape on the four grid patterns, at --concurrency parallel tasks.
 
@@ -21,6 +26,8 @@ with sources) or --prices. Compares with Nguyen et al.'s single-node rechunk tim
 
 EPILOG = """\
 examples:
+  layoutlab estimate granule.h5
+  layoutlab estimate granule.h5 --plan demo --json
   layoutlab estimate --shape 5136,721,1152 --dtype f4 --grid seed
   layoutlab estimate --shape 5136,721,1152 --platform fargate-1-4096 --concurrency 100 --json
   layoutlab estimate --shape 240,181,288 --results /path/to/results.json
@@ -32,6 +39,10 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "estimate", help="wall time and $ of the whole pipeline in AWS for a dataset, from measured rates",
         description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", nargs="?", metavar="FILE",
+                        help="any HDF5 / NetCDF-4 file (path or s3://): estimate its study from its structure")
+    parser.add_argument("--plan", metavar="NAME", default="default",
+                        help="with FILE: 'default', 'demo', or a plan's JSON file (as 'layoutlab plan')")
     parser.add_argument("--shape", help="time,lat,lon of the gridded variable (or 'full' = 5136,721,1152)")
     parser.add_argument("--product", help="instead of --shape: a product's archive, from its measured granules "
                                           "(with --granules and --granule-size; as 'layoutlab product estimate')")
@@ -126,8 +137,12 @@ def run(args) -> int:
                                           granules=args.granules, granule_size=args.granule_size,
                                           prices=args.prices, json=args.json)
         return print_estimate(_store(product_args), product_args)
+    if args.file:
+        if args.shape:
+            raise UserError("give FILE or --shape, not both")
+        return _estimate_file(args)
     if not args.shape:
-        raise UserError("--shape (a gridded dataset) or --product (a product's archive)")
+        raise UserError("FILE (any file), --shape (a gridded dataset) or --product (a product's archive)")
     shape = _shape(args.shape)
     itemsize = _itemsize(args.dtype)
     if args.concurrency < 1:
@@ -152,6 +167,68 @@ def run(args) -> int:
     else:
         print(render(estimate))
     return 0
+
+
+def _estimate_file(args) -> int:
+    from layoutlab.commands.plan import _load_plan
+    from layoutlab.errors import UserError
+    from layoutlab.report.estimate import (REPO_RESULTS, estimate_file, fit_rechunk_rate, rechunk_observations,
+                                           repack_rate, zarr_compression)
+    from layoutlab.storage import is_s3_url
+
+    plan = _load_plan(args.plan)
+    rechunk_files = args.rechunk_results if args.rechunk_results is not None else sorted(REPO_RESULTS.glob("rechunk*.json"))
+    for path in rechunk_files:
+        if not path.exists():
+            raise UserError(f"{path}: no such file (bench_rechunk.py output)")
+    if is_s3_url(args.file):
+        from layoutlab.storage import s3fs_filesystem
+
+        size = int(s3fs_filesystem(for_url=args.file).size(args.file))
+    elif not Path(args.file).is_file():
+        raise UserError(f"{args.file}: no such file")
+    else:
+        size = Path(args.file).stat().st_size
+    estimate = estimate_file(args.file, plan, rechunk=fit_rechunk_rate(rechunk_observations(rechunk_files)),
+                             repack=repack_rate(sorted(REPO_RESULTS.glob("bench_repack*.json"))),
+                             compression=zarr_compression(rechunk_files), input_bytes=size)
+    if args.json:
+        print(json.dumps(estimate, indent=2, default=str))
+    else:
+        print(render_file(estimate))
+    return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.1f} ms" if s < 1 else _duration(s)
+
+
+def render_file(e: dict) -> str:
+    size_label = _mib
+    rates = e["rates"]
+    lines = [f"{e['file']}: {e['role']}, {size_label(e['input_bytes'])} stored, {size_label(e['declared_bytes'])} "
+             f"declared in its numeric arrays",
+             f"study: {len(e['variants'])} variants, {e['cases_first_round']} benchmark cases in the first round, at most "
+             f"{e['cases_at_most']} with every repetition round ({e['repetitions']['first']} to "
+             f"{e['repetitions']['max']} repetitions)", "",
+             f"{'variant':<32} {'convert (1 core)':>17} {'new storage':>11}  how"]
+    for v in e["variants"]:
+        seconds = "-" if v["convert_s"] is None else _seconds(v["convert_s"])
+        stored = "-" if v["stored_bytes"] is None else size_label(v["stored_bytes"])
+        lines.append(f"{v['variant']:<32} {seconds:>17} {stored:>11}  {v['how']}")
+    lines += ["", f"convert: {_seconds(e['convert_single_core_s'])} on one core, {_seconds(e['convert_longest_s'])} "
+                  f"when the variants convert side by side; stored: {size_label(e['stored_bytes'])}",
+              f"rates: rechunk {rates['rechunk']['mib_per_s']:.1f} MiB/s + {rates['rechunk']['s_per_chunk'] * 1000:.2f} ms "
+              f"per chunk ({rates['rechunk']['observations']} measured rechunks); paged repack "
+              f"{1 / rates['repack']['s_per_mib']:.0f} MiB/s, +{rates['repack']['size_overhead']:.1%} size "
+              f"(median of {rates['repack']['observations']} measured inputs, bench_repack*.json); Zarr stored at "
+              f"{rates['zarr_compression']['ratio']:.2f} of declared ({rates['zarr_compression']['observations']} "
+              f"measured copies), or the file's own {e['file_stored_ratio']:.2f} when smaller"]
+    return "\n".join(lines)
 
 
 def _duration(seconds: float) -> str:

@@ -75,6 +75,11 @@ def register(subparsers) -> None:
         "keep their whole extent); 'auto' = a balanced shape of --target-chunk-mb; default: keep the source chunks",
     )
     parser.add_argument(
+        "--record-chunk", type=int, metavar="N",
+        help="instead of --chunks: every array's first axis (a table's rows, a swath's scan lines) in chunks of N "
+        "elements, its other axes whole (the pipeline's zarr-rows / zarr-lines layouts)",
+    )
+    parser.add_argument(
         "--target-chunk-mb", type=float, default=4.0, metavar="MB", help="chunk size for --chunks auto, in MB (default 4; e.g. 3.3)"
     )
     parser.add_argument(
@@ -151,7 +156,13 @@ def run(args) -> int:
         chunks = rz.parse_dim_spec(chunks)
     elif chunks is not None:
         chunks = "auto"
+    if args.record_chunk is not None:
+        if args.chunks is not None or args.shards is not None:
+            raise UserError("--record-chunk chunks every array by its first axis: give it without --chunks / --shards")
+        if args.record_chunk < 1:
+            raise UserError(f"--record-chunk must be a positive number of elements, got {args.record_chunk}")
     options = dict(
+        record_chunk=args.record_chunk,
         chunks=chunks,
         shards=rz.parse_dim_spec(args.shards, "--shards"),
         compressor=args.compressor,

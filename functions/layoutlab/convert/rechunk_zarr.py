@@ -802,9 +802,11 @@ def _array_metadata(name, shape, dtype, chunks, shards, codecs, fill_value, attr
     return json.loads(_store_get(store, f"{name}/zarr.json"))
 
 
-def _target_chunks(array: SourceArray, chunks, target_bytes: int) -> tuple[int, ...]:
+def _target_chunks(array: SourceArray, chunks, target_bytes: int, record_chunk: int | None = None) -> tuple[int, ...]:
     if not array.shape:
         return ()
+    if record_chunk:  # a table's rows / a swath's scan lines: the first axis in blocks, the others whole (index too)
+        return (max(1, min(array.shape[0], record_chunk)), *(max(1, n) for n in array.shape[1:]))
     if array.is_coord:
         return tuple(max(1, n) for n in array.shape)  # index coordinates: one chunk, as xarray writes them
     if chunks == "auto":
@@ -852,6 +854,7 @@ def plan_rechunk(
     overwrite: bool = False,
     prepare: bool = True,
     ceilings=None,
+    record_chunk: int | None = None,
 ) -> dict:
     """Plan the rechunk of SRC into DST; JSON-serialisable.
 
@@ -859,6 +862,8 @@ def plan_rechunk(
     ``target_chunk_mb`` MB), or None (keep the source chunks). Dimensions not
     named keep their whole extent. 1-D coordinate variables are stored as one
     chunk. ``shards``: {dim: size}, whole multiples of the chunks.
+    ``record_chunk`` (instead of ``chunks``): every array's first axis in chunks of this many elements, its
+    other axes whole (a table's rows, a swath's scan lines; 1-D coordinates too).
     ``prepare``: check DST (refuse an existing one unless ``overwrite``) and
     store the plan in it for ``--unit`` / ``--finalize``.
     ``ceilings`` (``layoutlab.ceilings.Ceilings``; ``LAYOUTLAB_CEILINGS`` or the defaults when None):
@@ -914,7 +919,7 @@ def plan_rechunk(
     units: list[dict] = []
     tally = planner.output_tally(ceilings or settings.value(settings.CEILINGS), _stored_bytes(src, kind))
     for array in arrays:
-        target = _target_chunks(array, chunks, target_bytes)
+        target = _target_chunks(array, chunks, target_bytes, record_chunk)
         shard_shape = _target_shards(array, shards, target)
         spec = planner.ArraySpec(
             name=array.name,

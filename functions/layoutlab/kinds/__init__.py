@@ -17,7 +17,10 @@ import pkgutil
 
 from layoutlab.kinds._base import ConvertContext, VariantKind
 
-__all__ = ["ConvertContext", "VariantKind", "entry_schema", "get", "kind_of", "kind_of_item", "names", "registry"]
+# what a plan entry's ``applies_to`` may name: the samples' kinds, or a role of the structure model
+APPLIES_TO = ("grid", "granule", "table", "swath")
+
+__all__ = ["APPLIES_TO", "ConvertContext", "VariantKind", "entry_schema", "get", "kind_of", "kind_of_item", "names", "registry"]
 
 
 @functools.cache
@@ -68,7 +71,7 @@ def kind_of(name: str, item: dict | None) -> VariantKind | None:
 def entry_schema() -> dict:
     """The JSON Schema of a plan's variant entry: ``kind`` one of the kinds, each field any kind takes
     (in the order the kinds are listed), the fields a kind requires required when that kind is named."""
-    properties: dict = {"kind": {"enum": list(names())}, "applies_to": {"enum": ["grid", "granule"]}}
+    properties: dict = {"kind": {"enum": list(names())}, "applies_to": {"enum": list(APPLIES_TO)}}
     required_when = []
     for kind in registry().values():
         for field, schema in kind.options.items():

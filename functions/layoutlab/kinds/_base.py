@@ -50,6 +50,11 @@ class VariantKind:
 
     # --- the plan ---------------------------------------------------------------------------------
 
+    def needs(self, entry: dict) -> str | None:
+        """The dataset kind or role an entry of this kind is made for (``grid``, ``table``, ``swath``), None for
+        any file: what the plan's case bound counts it for."""
+        return "grid" if self.needs_grid else None
+
     def check(self, entry: dict, where: str) -> None:
         """Raise ``ValueError`` (its text starts with the field, ``variants[0].page_size ...``) for what
         the schema cannot say of ``entry``."""

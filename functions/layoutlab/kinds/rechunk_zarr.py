@@ -18,7 +18,10 @@ def rechunk_options(spec: dict, max_mem: int | None = None) -> dict:
     ``max_mem`` and what the task's platform leaves (``max_mem``), when either is given."""
     from layoutlab.units import parse_size
 
-    options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
+    if spec.get("record_chunk"):  # a table's rows or a swath's scan lines: every array's first axis
+        options = {"chunks": None, "record_chunk": int(spec["record_chunk"]), "overwrite": True}
+    else:
+        options = {"chunks": spec["chunks"], "shards": spec.get("shards"), "overwrite": True}
     if spec.get("compressor"):
         options["compressor"] = spec["compressor"]
     bounds = [b for b in (parse_size(spec["max_mem"]) if spec.get("max_mem") else None, max_mem) if b]
@@ -43,6 +46,7 @@ class RechunkZarr(GridKind):
     format = "zarr"
     suffix = ".zarr"
     fans_out = True
+    record_layouts = True
     options = {**GridKind.options, "compressor": {"type": "string", "maxLength": 64}}
 
     def convert(self, spec, source, s3, context):
@@ -74,6 +78,12 @@ class RechunkZarr(GridKind):
 
     def make_steps(self, variant, item, variants, steps_of):
         spec = item.get("spec") or {}
+        if spec.get("record_chunk"):
+            n = int(spec["record_chunk"])
+            return {"kind": self.name,
+                    "commands": [f"layoutlab rechunk INPUT.h5 OUTPUT.zarr --record-chunk {n}"],
+                    "python": f"zarr.create_array(store, name=VARIABLE, shape=..., dtype=..., chunks=(min({n}, "
+                              "shape[0]), *shape[1:]), compressors=..., zarr_format=3)  # every array, by its first axis"}
         chunks = spec.get("chunks") or {}
         chunk_text = ",".join(f"{dim}={n}" for dim, n in chunks.items())
         command = f"layoutlab rechunk INPUT.nc OUTPUT.zarr --chunks {chunk_text}"

@@ -111,10 +111,53 @@ def structure_facts(f, location: str, plan: dict | None = None, grid: dict | Non
                             family_skipped=tuple(planned.skipped))
     # (kind "structure", never a role's name: a grid of any shape is not the grid the presets and the
     # grid-only variants are for)
-    # A grid's largest 3-D float array (``grid``) keeps the plan's grid layouts (variants ``applies_to:
-    # grid``: Nguyen's time-series / map / balanced chunk shapes over its own dimensions), whatever its
-    # coordinates hold: the presets' patterns need Seattle and Ohio, the layouts only the shape.
-    grid_facts = grid if (grid and structure.role == "grid") else {}
-    return DatasetFacts(kind="structure", role=structure.role, structure=record, **grid_facts,
+    # A grid keeps the plan's grid layouts (variants ``applies_to: grid``: Nguyen's time-series / map / balanced
+    # chunk shapes over its own axes, kinds/_grid.py), whatever its coordinates hold: the presets' patterns
+    # need Seattle and Ohio, the layouts only the shape. A table gets its row layouts, a swath its scan lines'.
+    layout_facts = (_grid_facts(structure, grid) if structure.role == "grid" else
+                    _record_facts(structure) if structure.role in ("table", "swath") else {})
+    return DatasetFacts(kind="structure", role=structure.role, structure=record, **layout_facts,
                         family_cases=tuple(c.to_dict() for c in planned.cases),
                         family_skipped=tuple(planned.skipped))
+
+
+def _zarr_dimension(name: str) -> str | None:
+    """A structure model's dimension (a dimension scale's path) as the Zarr copy names it (its base name); None
+    for a phony dimension (no scale: the copy names it by h5netcdf's count, not known here)."""
+    base = name.rpartition("/")[2]
+    return None if base.startswith("phony_dim_") else base
+
+
+def _grid_facts(structure, grid: dict | None) -> dict:
+    """The grid's largest unit with data: its shape, its axes' names and kinds (T, Z, Y, X) from its coordinates,
+    its largest variable; else the largest 3-D float array found first (``grid``), as (time, lat, lon)."""
+    units = [u for u in structure.units if u.role == "grid" and u.variables and len(u.shape) >= 2]
+    if units:
+        unit = max(units, key=lambda u: u.nbytes)
+        dims = tuple(_zarr_dimension(d) for d in unit.dims)
+        if None not in dims:
+            axis_of = {}
+            for axis, path in unit.coordinates.items():
+                coordinate = structure.arrays.get(path)
+                if coordinate is not None and len(coordinate.shape) == 1:
+                    axis_of[coordinate.dims[0]] = axis
+            main = structure.arrays[unit.variables[0]]
+            return dict(grid_shape=tuple(unit.shape), dims=dims, grid_axes=tuple(axis_of.get(d) for d in unit.dims),
+                        itemsize=main.itemsize, variable=main.path)
+    return grid or {}
+
+
+def _record_facts(structure) -> dict:
+    """A table's or a swath's record axis: the longest table's rows, or the largest swath's scan lines and the
+    bytes of one scan line of its largest variable; and every numeric array's first-axis length."""
+    arrays = tuple((a.shape[0], a.nbytes // a.itemsize // max(1, a.shape[0])) for a in structure.arrays.values()
+                   if a.shape and a.shape[0] > 1 and not a.outside_file)
+    units = [u for u in structure.units if u.role == structure.role]
+    if structure.role == "table":
+        return dict(record_length=max(u.shape[0] for u in units), record_arrays=arrays)
+    with_data = [u for u in units if u.variables] or units
+    unit = max(with_data, key=lambda u: u.nbytes)
+    largest = structure.arrays[unit.variables[0]] if unit.variables else \
+        structure.arrays[unit.coordinates.get("Y") or next(iter(unit.coordinates.values()))]
+    return dict(record_length=unit.shape[0], record_bytes=largest.nbytes // max(1, largest.shape[0]),
+                record_arrays=arrays)

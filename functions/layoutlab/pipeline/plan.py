@@ -65,6 +65,9 @@ ALL_READERS = tuple(r for readers in READERS_BY_FORMAT.values() for r in readers
 # each kind is one module of layoutlab/kinds/ (what it takes, makes, stores and is read with)
 VARIANT_KINDS = kinds.names()
 DATASET_KINDS = ("grid", "granule")
+# any other file, by the role its layouts are made for (variants applies_to "table" / "swath"); "grid" is a
+# dataset kind already
+STRUCTURE_ROLES = ("any", "table", "swath")
 
 MAX_REPETITIONS = plan_schema()["properties"]["repetitions"]["maximum"]
 # A difference in read time smaller than this share is not worth more repetitions to tell apart
@@ -205,7 +208,7 @@ def _variant_formats(plan: dict, kind: str) -> list[str]:
     """The formats of the variants ``plan`` resolves to for a dataset of ``kind`` (an upper bound: a
     grid's rechunks are counted whether or not the file turns out to hold one)."""
     entries = [(v, kinds.get(v["kind"])) for v in plan["variants"] if v.get("applies_to") in (None, kind)]
-    entries = [(v, k) for v, k in entries if not (k.needs_grid and kind != "grid")]
+    entries = [(v, k) for v, k in entries if k.needs(v) in (None, kind)]
     paged = sum(1 for _, k in entries if k.paged)
     return [f for v, k in entries for f in k.bound_formats(v, paged)]
 
@@ -234,14 +237,16 @@ def case_bound(plan: dict) -> tuple[int, str]:
                    f"{platforms} platforms" + (f" + {scaling_cases:,} scaling.workers cases" if scaling else "")
                    + f") for a {kind}")
             best = (total, how)
-    # any other file: the variants that apply to every file, at most family_bound cases each (no scaling study)
-    formats = _variant_formats(plan, "any")  # (no variant applies_to "any": only those for every file)
+    # any other file: the variants that apply to every file and to its role, at most family_bound cases each
+    # (no scaling study)
     readers = {f: len([r for r in _for_kind(plan["readers"], f) if r in READERS_BY_FORMAT[f]]) for f in READERS_BY_FORMAT}
-    family_cases = family_bound(plan) * platforms * sum(readers[f] for f in formats)
-    if rounds * family_cases > best[0]:
-        best = (rounds * family_cases, f"{rounds} repetitions x ({family_cases:,} cases of {len(formats)} variants x "
-                                       f"up to {family_bound(plan)} family patterns x readers x {platforms} platforms) "
-                                       "for a file of any other structure")
+    for role in STRUCTURE_ROLES:  # ("any": no variant applies_to it, only those for every file)
+        formats = _variant_formats(plan, role)
+        family_cases = family_bound(plan) * platforms * sum(readers[f] for f in formats)
+        if rounds * family_cases > best[0]:
+            best = (rounds * family_cases, f"{rounds} repetitions x ({family_cases:,} cases of {len(formats)} variants x "
+                                           f"up to {family_bound(plan)} family patterns x readers x {platforms} "
+                                           f"platforms) for a {'file of any other structure' if role == 'any' else role}")
     return best
 
 
@@ -266,7 +271,7 @@ def family_bound(plan: dict) -> int:
 def check_ceilings(plan: dict, ceilings: Ceilings, input_bytes: int | None = None) -> None:
     """Raise ``CeilingError`` naming the field, the estimate and the ceiling when ``plan`` (for an input
     of ``input_bytes``, when known) asks for more than this environment allows."""
-    variants = max(len(_variant_formats(plan, kind)) for kind in (*DATASET_KINDS, "any"))
+    variants = max(len(_variant_formats(plan, kind)) for kind in (*DATASET_KINDS, *STRUCTURE_ROLES))
     if variants > ceilings.max_variants:
         raise ceiling_over("variants", "a count of", variants, "max_variants", ceilings.max_variants)
     for field in ("repetitions", "max_repetitions"):
@@ -301,8 +306,10 @@ class DatasetFacts:
     """What the plan step needs to know of a dataset (from inspection)."""
 
     kind: str  # "grid" | "granule" (the samples' shapes) | "structure" (any other file) | "other"
-    grid_shape: tuple[int, int, int] | None = None  # (time, lat, lon) of the main variable
-    dims: tuple[str, str, str] = ("time", "lat", "lon")
+    grid_shape: tuple[int, ...] | None = None  # (time, lat, lon) of the main variable; any grid's own axes
+    dims: tuple[str, ...] = ("time", "lat", "lon")
+    # each grid axis's kind: T (time, the record axis), Z (level), Y, X, or None; () = (T, Y, X)
+    grid_axes: tuple = ()
     itemsize: int = 4
     variable: str | None = None  # the main gridded variable's path
     beams: tuple[str, ...] = ()
@@ -316,6 +323,12 @@ class DatasetFacts:
     family_cases: tuple = ()
     family_skipped: tuple = ()
     structure: dict | None = None  # the structure model's units, for the run's record
+    # a table's or a swath's record axis (rows, scan lines): the longest table's rows or the swath's scan lines,
+    # the bytes of one scan line of the swath's largest variable, and (first-axis length, elements of the other
+    # axes) of every numeric array of more than one element (what a record-chunked copy writes)
+    record_length: int = 0
+    record_bytes: int = 0
+    record_arrays: tuple = ()
 
     def pattern_params(self) -> dict:
         """Parameters every pattern of this dataset needs (which variable, which beam)."""
@@ -335,7 +348,10 @@ def variant_specs(plan: dict, facts: DatasetFacts) -> list[dict]:
     """
     entries = [(v, kinds.get(v["kind"])) for v in plan["variants"]
                if not v.get("applies_to") or v.get("applies_to") in (facts.kind, facts.role)]
-    specs = [spec for entry, kind in entries for spec in kind.expand(entry, facts)]
+    specs = []
+    for spec in (spec for entry, kind in entries for spec in kind.expand(entry, facts)):
+        if spec not in specs:  # (two entries resolving to the same layout, capped at the file's extent: one)
+            specs.append(spec)
     specs += [spec for entry, kind in entries for spec in kind.expand_after(entry, list(specs))]
     names = [s["name"] for s in specs]
     duplicates = {n for n in names if names.count(n) > 1}

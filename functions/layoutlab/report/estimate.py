@@ -211,3 +211,115 @@ def estimate_pipeline(shape, itemsize: int, grid: list, *, platform: str, concur
             "sum_single_core_convert_s": sum(v["single_core_s"] for v in variants_out),
             "usd": usd, "prices": prices.get("name"), "variants": variants_out, "nguyen": nguyen,
             "recommendation": model["recommendation"]}
+
+
+# --- any file: from its structure model -------------------------------------------------------------
+
+def repack_rate(paths: list[Path]) -> dict:
+    """Paged repack seconds per MiB and size overhead, from ``bench_repack.py``'s rows (layoutlab's own copier):
+    the median over the measured inputs, with where they came from."""
+    rows = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        for row in data.get("rows", []):
+            measured = row.get("layoutlab") or {}
+            if row.get("input_bytes") and measured.get("median_seconds"):
+                rows.append((measured["median_seconds"] / (row["input_bytes"] / 2**20), measured.get("size_overhead", 0.0),
+                             f"{path.name} {row.get('input', '?')} ({data.get('date', '?')})"))
+    if not rows:
+        raise UserError("no measured repack rate: run 'python benchmarks/bench_repack.py --json "
+                        "benchmarks/results/bench_repack.json'")
+    return {"s_per_mib": float(np.median([r[0] for r in rows])), "size_overhead": float(np.median([r[1] for r in rows])),
+            "observations": len(rows), "sources": sorted({r[2] for r in rows})}
+
+
+def zarr_compression(paths: list[Path]) -> dict:
+    """Stored / declared bytes of the Zarr copies ``bench_rechunk.py`` measured (blosc-zstd:3, its GEOS-like data)."""
+    ratios, sources = [], set()
+    for path in paths:
+        data = json.loads(path.read_text())
+        for row in data.get("rows", []):
+            if row.get("stored_mib") and data.get("data_bytes"):
+                ratios.append(row["stored_mib"] * 2**20 / data["data_bytes"])
+                sources.add(f"{path.name} ({data.get('date', '?')})")
+    if not ratios:
+        raise UserError("no measured Zarr size: run 'python benchmarks/bench_rechunk.py' (benchmarks/results/rechunk.json)")
+    return {"ratio": float(np.median(ratios)), "observations": len(ratios), "sources": sorted(sources)}
+
+
+def zarr_chunks(structure, spec: dict) -> tuple[float, int]:
+    """(MiB declared, chunk objects written) of a Zarr copy of every numeric array of ``structure``: by the
+    spec's ``record_chunk`` (first axis) or its {dimension: size} ``chunks`` (a dimension by its base name, as the
+    copy names it; an array's own dimension scale in one chunk, as convert/rechunk_zarr.py writes it)."""
+    mib, chunks = 0.0, 0
+    by_name = spec.get("chunks") if isinstance(spec.get("chunks"), dict) else {}
+    for array in structure.arrays.values():
+        if array.outside_file or not array.shape:
+            continue
+        mib += array.nbytes / 2**20
+        if spec.get("record_chunk"):
+            sizes = (int(spec["record_chunk"]), *array.shape[1:])
+        elif array.dims == (array.path,):
+            sizes = array.shape
+        else:
+            sizes = tuple(int(by_name.get(d.rpartition("/")[2], n)) for d, n in zip(array.dims, array.shape))
+        chunks += math.prod(max(1, -(-n // max(1, min(c, n)))) for n, c in zip(array.shape, sizes))
+    return mib, chunks
+
+
+def estimate_file(location: str, plan: dict, *, rechunk: dict, repack: dict, compression: dict,
+                  input_bytes: int) -> dict:
+    """What the plan's study of the file at ``location`` takes, from its structure model (metadata only): the
+    variants and benchmark cases the plan step would make (first round, and with every repetition round), and
+    each variant's conversion time on one core and storage, from the measured rates."""
+    from layoutlab.ceilings import Ceilings
+    from layoutlab.convert.page_budget import DEFAULT_BUDGET, parse_budget
+    from layoutlab.errors import BadInputFile
+    from layoutlab.pipeline import plan as plans
+    from layoutlab.pipeline.facts import dataset_facts
+    from layoutlab.structure import file_structure
+
+    facts = plans.fit_family_cases(dataset_facts(location, plan), Ceilings())
+    if facts.kind == "other":
+        raise BadInputFile(location, (facts.structure or {}).get("why_not") or "layoutlab has no access patterns for it")
+    structure = file_structure(location)
+    declared = sum(a.nbytes for a in structure.arrays.values() if not a.outside_file)
+    # a Zarr copy keeps at most what the measured copies kept, and no more than the file's own compression keeps
+    # (its filters: GPM's 4.8 MB of arrays stored in 0.3 MB)
+    own = input_bytes / declared if declared else 1.0
+    zarr_ratio = min(compression["ratio"], own)
+    specs = [{**s, "uri": f"s3://<outputs>/variants/<dataset>/{s['name']}"} for s in plans.variant_specs(plan, facts)]
+    cases = plans.expand_cases(plan, facts, "<dataset>", specs)
+    schedule = plans.repetition_schedule(plan)
+    variants = []
+    for spec in specs:
+        kind = spec["kind"]
+        entry = {"variant": spec["name"], "kind": kind}
+        if kind == "original":
+            entry.update(convert_s=0.0, stored_bytes=0, how="the upload itself")
+        elif kind in ("repack-paged", "rechunked-paged"):
+            budget = parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
+            overhead = min(repack["size_overhead"], budget) if spec.get("page_size") == "auto" else repack["size_overhead"]
+            entry.update(convert_s=repack["s_per_mib"] * input_bytes / 2**20,
+                         stored_bytes=int(input_bytes * (1 + overhead)),
+                         how=f"the input at the measured repack rate, +{overhead:.1%} size")
+        elif kind == "rechunk-zarr":
+            mib, written = zarr_chunks(structure, spec)
+            entry.update(convert_s=rechunk_seconds(rechunk, mib, written), chunks_written=written,
+                         stored_bytes=int(mib * 2**20 * zarr_ratio),
+                         how=f"{mib:.1f} MiB declared, {written:,} chunks, one stage, stored at {zarr_ratio:.2f}")
+        else:  # references (kerchunk, Icechunk virtual chunks) or a kind no rate was measured for
+            entry.update(convert_s=None, stored_bytes=None,
+                         how="references only: no data copied, no measured rate" if spec.get("format") in
+                             ("kerchunk", "icechunk") else "no measured rate for this kind")
+        variants.append(entry)
+    timed = [v["convert_s"] for v in variants if v["convert_s"] is not None]
+    return {"file": location, "role": facts.role or facts.kind, "input_bytes": input_bytes, "declared_bytes": declared,
+            "variants": variants, "cases_first_round": len(cases),
+            "cases_at_most": len(cases) * schedule.max // max(1, schedule.first),
+            "repetitions": {"first": schedule.first, "max": schedule.max},
+            "convert_single_core_s": sum(timed), "convert_longest_s": max(timed, default=0.0),
+            "stored_bytes": sum(v["stored_bytes"] or 0 for v in variants), "zarr_stored_ratio": zarr_ratio,
+            "file_stored_ratio": own,
+            "rates": {"rechunk": {k: rechunk[k] for k in ("mib_per_s", "s_per_chunk", "observations", "sources")},
+                      "repack": repack, "zarr_compression": compression}}
