@@ -203,6 +203,23 @@ def execution_input(ref: ObjectRef, dataset_id: str, source_format: str, plan: d
     }
 
 
+def _take_product_slot(store, ref: ObjectRef, metadata: dict, plan: dict, dataset_id: str) -> str | None:
+    """The product its uploader named (key folder or metadata), once the upload holds one of its execution
+    slots; None when the uploader named none (a product found by structure is known only at the plan step,
+    after the file is read, so it is not bounded here). Raises ProductBusy when the product's slots are taken."""
+    from layoutlab.products import concurrency, signature, state
+
+    try:
+        product = signature.named_product(ref.key, metadata)
+    except UserError:
+        return None  # an invalid name: the plan step refuses it with its reason, as before
+    if product is None:
+        return None
+    limit = state.ProductSettings.from_plan(plan).max_concurrent_executions
+    concurrency.acquire(store, product, dataset_id, limit)
+    return product
+
+
 def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -> IngestOutcome:
     if not is_incoming(ref.key):
         return IngestOutcome(key=ref.key, status="ignored", reason="not under incoming/")
@@ -242,6 +259,9 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         store.put_failure(dataset_id, "ingest", "error", reason, source=ref.to_dict())
         return IngestOutcome(key=ref.key, status="failed", dataset_id=dataset_id, reason=reason)
 
+    # A product's executions are bounded (plan field products.max_concurrent_executions): over the bound this
+    # raises ProductBusy, nothing starts, and the queue delivers the upload again later.
+    product = _take_product_slot(store, ref, head.get("Metadata", {}), plan, dataset_id)
     name = identity.execution_name(ref)
     payload = execution_input(ref, dataset_id, source_format, plan, settings)
     try:
@@ -252,7 +272,8 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
     # StartExecution is idempotent for a running execution with the same name and
     # input (it answers as if it had started it), so the RUN item decides.
     first = store.create_run(dataset_id, status="RUNNING", source=payload["source"], plan_name=plan.get("name"),
-                             execution_arn=response["executionArn"], started=response["startDate"].isoformat())
+                             execution_arn=response["executionArn"], started=response["startDate"].isoformat(),
+                             execution_product=product)
     if not first:
         return IngestOutcome(key=ref.key, status="duplicate", dataset_id=dataset_id, execution_name=name)
     return IngestOutcome(key=ref.key, status="started", dataset_id=dataset_id, execution_name=name)
