@@ -23,11 +23,10 @@ PYTHON_RUNTIME = "3.12"  # the Lambda runtime (python3.12, Amazon Linux 2023); l
 
 # The S3 → ingest trigger watches this prefix of the ingest bucket only.
 INGEST_PREFIX = "incoming/"
-# The ingest queue (S3 → EventBridge → SQS → ingest): batches of up to 10 records, gathered for up to 5 s,
-# at most 5 ingest functions at once (the event source's own bound: the smoothing of a burst).
-INGEST_BATCH_SIZE = 10
-INGEST_BATCH_WINDOW_SECONDS = 5
-INGEST_MAX_CONCURRENCY = 5
+# The ingest queue (S3 → EventBridge → SQS → ingest): batch size, batching window and the event source's
+# concurrency, shared with the local cloud's event source (layoutlab.local.sqs_source).
+from layoutlab.pipeline.events import (  # noqa: E402,F401
+    INGEST_BATCH_SIZE, INGEST_BATCH_WINDOW_SECONDS, INGEST_MAX_CONCURRENCY)
 # Visibility timeout = 6 × ingest's timeout (AWS's advice for an SQS event source). A record over its product's
 # bound comes back after it; 240 deliveries (a day at ingest's 60 s timeout) before the dead-letter queue.
 INGEST_QUEUE_VISIBILITY_FACTOR = 6
