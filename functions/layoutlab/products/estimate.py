@@ -118,6 +118,23 @@ def product_estimate(product: dict, granules: list[dict], study_items: dict[str,
     }
 
 
+def spent(granules: list[dict], study_items: dict[str, list[dict]], prices: dict) -> dict:
+    """What a product has cost so far, as measured: its study granules' conversions and benchmark cases, and its
+    production (and check) granules' conversions, each priced on the platform it ran on (local platforms as the
+    AWS platform of the same memory)."""
+    from layoutlab.report import cost
+
+    study_usd = 0.0
+    for items in study_items.values():
+        study_usd += sum(cost.conversion_usd(v, prices).get("usd") or 0.0 for v in items if v.get("kind") == "VARIANT")
+        study_usd += _cases_usd([i for i in items if i.get("kind") == "RESULT"], prices)
+    converted = [g for g in granules if g.get("role") in ("production", "check") and g.get("convert_s") is not None]
+    production_usd = sum(_price_convert(float(g["convert_s"]), g.get("platform"), prices) for g in converted
+                         if float(g["convert_s"]) > 0)
+    return {"study_usd": study_usd, "production_usd": production_usd, "total_usd": study_usd + production_usd,
+            "priced_granules": len(converted) + len(study_items)}
+
+
 def render(estimate: dict) -> str:
     c, s = estimate["conversion"], estimate["storage_usd_per_month"]
     return "\n".join([
