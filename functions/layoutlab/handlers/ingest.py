@@ -22,6 +22,7 @@ from layoutlab import observability as obs
 from layoutlab.handlers._runtime import add_count, logger, metrics, results_store, s3_client, settings, tracer
 from layoutlab.pipeline.events import ObjectRef, objects_in_event
 from layoutlab.pipeline.ingest import IngestSettings, ingest_object
+from layoutlab.products import concurrency
 from layoutlab.storage import aws_region
 
 _config = IdempotencyConfig(event_key_jmespath="[bucket, key, version_id, etag]", expires_after_seconds=24 * 3600)
@@ -42,6 +43,7 @@ def _ingest(ref: dict, ran: list | None = None) -> dict:
         settings=IngestSettings(state_machine_arn=config.state_machine_arn, outputs_bucket=config.outputs_bucket,
                                 max_bytes=config.max_input_bytes, ceilings=config.ceilings,
                                 default_plan=config.default_plan),
+        take_slot=concurrency.take_upload_slot,  # a product's bound of executions at once
     )
     return outcome.to_dict()
 

@@ -24,6 +24,7 @@ import json
 import logging
 import posixpath
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
@@ -203,24 +204,13 @@ def execution_input(ref: ObjectRef, dataset_id: str, source_format: str, plan: d
     }
 
 
-def _take_product_slot(store, ref: ObjectRef, metadata: dict, plan: dict, dataset_id: str) -> str | None:
-    """The product its uploader named (key folder or metadata), once the upload holds one of its execution
-    slots; None when the uploader named none (a product found by structure is known only at the plan step,
-    after the file is read, so it is not bounded here). Raises ProductBusy when the product's slots are taken."""
-    from layoutlab.products import concurrency, signature, state
-
-    try:
-        product = signature.named_product(ref.key, metadata)
-    except UserError:
-        return None  # an invalid name: the plan step refuses it with its reason, as before
-    if product is None:
-        return None
-    limit = state.ProductSettings.from_plan(plan).max_concurrent_executions
-    concurrency.acquire(store, product, dataset_id, limit)
-    return product
+# (store, key, object metadata, plan, dataset id) -> the name the execution's slot is held under, or None; raises
+# to start nothing (products.concurrency.take_upload_slot: a product's bound of executions at once)
+SlotTaker = Callable[[object, str, dict, dict, str], "str | None"]
 
 
-def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -> IngestOutcome:
+def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings,
+                  take_slot: SlotTaker | None = None) -> IngestOutcome:
     if not is_incoming(ref.key):
         return IngestOutcome(key=ref.key, status="ignored", reason="not under incoming/")
     dataset_id = identity.dataset_id(ref)
@@ -259,9 +249,9 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         store.put_failure(dataset_id, "ingest", "error", reason, source=ref.to_dict())
         return IngestOutcome(key=ref.key, status="failed", dataset_id=dataset_id, reason=reason)
 
-    # A product's executions are bounded (plan field products.max_concurrent_executions): over the bound this
-    # raises ProductBusy, nothing starts, and the queue delivers the upload again later.
-    product = _take_product_slot(store, ref, head.get("Metadata", {}), plan, dataset_id)
+    # A product's executions are bounded (plan field products.max_concurrent_executions): over the bound
+    # take_slot raises (ProductBusy), nothing starts, and the queue delivers the upload again later.
+    product = take_slot(store, ref.key, head.get("Metadata", {}), plan, dataset_id) if take_slot else None
     name = identity.execution_name(ref)
     payload = execution_input(ref, dataset_id, source_format, plan, settings)
     try:
@@ -279,6 +269,8 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
     return IngestOutcome(key=ref.key, status="started", dataset_id=dataset_id, execution_name=name)
 
 
-def ingest_event(event: dict, *, s3, sfn, store, settings: IngestSettings) -> list[IngestOutcome]:
+def ingest_event(event: dict, *, s3, sfn, store, settings: IngestSettings,
+                 take_slot: SlotTaker | None = None) -> list[IngestOutcome]:
     """Ingest every object of an S3 / EventBridge / SQS event; one outcome per object."""
-    return [ingest_object(ref, s3=s3, sfn=sfn, store=store, settings=settings) for ref in objects_in_event(event)]
+    return [ingest_object(ref, s3=s3, sfn=sfn, store=store, settings=settings, take_slot=take_slot)
+            for ref in objects_in_event(event)]

@@ -78,6 +78,24 @@ def acquire(store, product: str, dataset_id: str, limit: int, *, clock=time.time
     return Slot(product, dataset_id, again=False)
 
 
+def take_upload_slot(store, key: str, metadata: dict, plan: dict, dataset_id: str) -> str | None:
+    """Ingest's hook (``pipeline.ingest.ingest_object(take_slot=...)``): the product the uploader named (key
+    folder or metadata), once the upload holds one of its slots; None when it named none (a product found by
+    structure is known only at the plan step, after the file is read, so it is not bounded here). Raises
+    ProductBusy when the product's slots are taken."""
+    from layoutlab.errors import UserError
+    from layoutlab.products import signature, state
+
+    try:
+        product = signature.named_product(key, metadata)
+    except UserError:
+        return None  # an invalid name: the plan step refuses the granule with its reason, as before
+    if product is None:
+        return None
+    acquire(store, product, dataset_id, state.ProductSettings.from_plan(plan).max_concurrent_executions)
+    return product
+
+
 def release(store, product: str, dataset_id: str, *, clock=time.time) -> bool:
     """Give back ``dataset_id``'s slot of ``product``; False when it held none or gave it back already."""
     client = store.table.meta.client

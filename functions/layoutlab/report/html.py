@@ -445,9 +445,8 @@ def _bytes(value) -> str:
 
 def build_product_section(product: dict, items: list[dict], prices: dict | None = None) -> ProductSection:
     """One PRODUCT item (products/state.py) laid out: its state and decision (variant, interval, who), its
-    counts, bytes in and out, and what it has cost so far (``products.estimate.spent``)."""
-    from layoutlab.products.estimate import spent
-    from layoutlab.report.cost import load_prices
+    counts, bytes in and out, and what it has cost so far (``cost.product_spent``)."""
+    from layoutlab.report.cost import load_prices, product_spent
 
     name = product["product"]
     decision = product.get("decision") or {}
@@ -457,7 +456,7 @@ def build_product_section(product: dict, items: list[dict], prices: dict | None 
     studied = set(product.get("studied") or []) | set(decision.get("granules") or [])
     study_items = {d: [i for i in items if i.get("dataset") == d and i.get("kind") in ("VARIANT", "RESULT")]
                    for d in sorted(studied)}
-    cost = spent(granules, study_items, prices or load_prices())
+    cost = product_spent(granules, study_items, prices or load_prices())
     if decision.get("variant"):
         sentence = (f"Product {name} ({product.get('state')}): converts every granule to {decision['variant']}"
                     + (f"; read time against the original {interval[0]:.3g}-{interval[1]:.3g}" if interval else "")
