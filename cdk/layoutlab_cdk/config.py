@@ -31,6 +31,12 @@ from layoutlab.pipeline.events import (  # noqa: E402,F401
 # bound comes back after it; 240 deliveries (a day at ingest's 60 s timeout) before the dead-letter queue.
 INGEST_QUEUE_VISIBILITY_FACTOR = 6
 INGEST_QUEUE_MAX_RECEIVES = 240
+
+
+def ingest_queue_name(config: EnvConfig) -> str:
+    """The ingest queue's name, fixed by the environment: the compute stack grants ingest its messages by this
+    name, so it needs no reference to the pipeline stack (which depends on compute)."""
+    return f"layoutlab-{config.name}-ingest-queue"
 # User-supplied plans (object metadata names one); never triggers the pipeline.
 PLANS_PREFIX = "plans/"
 # Everything the pipeline writes goes to the *outputs* bucket under these prefixes.

@@ -27,7 +27,7 @@ from .compute_stack import ComputeStack, retention
 from .nag import acknowledge
 from .config import (ASL_PATH, BACKFILL_ASL_PATH, INGEST_BATCH_SIZE, INGEST_BATCH_WINDOW_SECONDS,
                      INGEST_MAX_CONCURRENCY, INGEST_PREFIX, INGEST_QUEUE_MAX_RECEIVES, INGEST_QUEUE_VISIBILITY_FACTOR,
-                     OUTPUT_PREFIXES, EnvConfig)
+                     OUTPUT_PREFIXES, EnvConfig, ingest_queue_name)
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 
@@ -192,6 +192,7 @@ class PipelineStack(Stack):
         self.ingest_queue = sqs.Queue(
             self,
             "IngestQueue",
+            queue_name=ingest_queue_name(config),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
@@ -221,18 +222,7 @@ class PipelineStack(Stack):
                 )
             ],
         )
-        ingest = functions["ingest"]
-        # Here, not with ingest's other grants: the queue is this stack's, and a grant in the compute stack
-        # would make compute depend on pipeline, which depends on compute.
-        iam.Policy(
-            self,
-            "IngestQueueConsume",
-            roles=[ingest.role],
-            statements=[iam.PolicyStatement(
-                actions=["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
-                         "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
-                resources=[self.ingest_queue.queue_arn])],
-        )
+        ingest = functions["ingest"]  # (its role may consume the queue: compute_stack, by the queue's name)
         self.ingest_source = lambda_.EventSourceMapping(
             self,
             "IngestQueueSource",
@@ -243,7 +233,6 @@ class PipelineStack(Stack):
             report_batch_item_failures=True,
             max_concurrency=INGEST_MAX_CONCURRENCY,
         )
-        self.ingest_source.node.add_dependency(self.node.find_child("IngestQueueConsume"))
         CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
         self._backfill(config, functions, outputs_bucket, removal)
 
