@@ -2,15 +2,18 @@
 (its first granule), every other granule converted with the product's decision; wall time, throughput,
 the local cloud server's peak memory; every upload must end SUCCEEDED, none started twice.
 
-Starts its own local cloud (0 ms latency, no bandwidth cap), writes one tiny GEOS-like granule and uploads
-it under ``incoming/<product>/g<n>.nc`` N times per product, delivers every event at once from a pool of
-threads, waits (granules arriving before their product's decision wait in the Plan state's retry).
+Starts its own local cloud (0 ms latency, no bandwidth cap) with the deployed route (S3 -> EventBridge rule ->
+SQS -> ingest in batches), writes one tiny GEOS-like granule and uploads it under ``incoming/<product>/g<n>.nc``
+N times per product at once from a pool of threads; nothing is delivered by hand. Each product runs at most
+``--bound`` executions at once (plan field products.max_concurrent_executions): the rest wait in the queue.
+Granules started before their product's decision wait in the Plan state's retry.
 
     .venv/bin/python benchmarks/bench_product_burst.py                      # 1,000 granules
     .venv/bin/python benchmarks/bench_product_burst.py --granules 30 --json /tmp/burst.json
 
 Writes a JSON report (default benchmarks/results/bench_product_burst.json); exits 1 when any upload did
-not end SUCCEEDED or a product was studied more than once.
+not end SUCCEEDED, a product was studied more than once, or a product ran more executions at once than its
+bound.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ PLAN = {
     "readers": {"hdf5": ["h5py-s3fs-aligned"]},
     "platforms": ["local-lambda"],
     "repetitions": 1,
-    "products": {"study_granules": 1, "check_every": 100},
+    "products": {"study_granules": 1, "check_every": 100, "max_concurrent_executions": 3},
 }
 
 
@@ -49,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--granules", type=int, default=1000, help="granules in all, over three products (default 1000)")
     parser.add_argument("--threads", type=int, default=8, help="uploads and event deliveries at once (default 8)")
+    parser.add_argument("--bound", type=int, default=PLAN["products"]["max_concurrent_executions"],
+                        help="executions one product may run at once (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds to wait for the executions")
     parser.add_argument("--json", type=Path, default=RESULTS / "bench_product_burst.json", help="the report")
     args = parser.parse_args(argv)
@@ -61,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         cloud = start_local_cloud(work / "cloud.json", latency_ms=0, bandwidth_mbps=0, log_path=work / "cloud.log")
         try:
             pipeline = LocalPipeline(cloud)
-            pipeline.setup()
-            burst = run_burst(pipeline, work, PRODUCTS, per_product, PLAN, threads=args.threads, timeout=args.timeout)
+            pipeline.setup(s3_events=True)
+            plan = {**PLAN, "products": {**PLAN["products"], "max_concurrent_executions": args.bound}}
+            burst = run_burst(pipeline, work, PRODUCTS, per_product, plan, threads=args.threads, timeout=args.timeout)
         finally:
             cloud.stop()
     ends = {}
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         ends[status] = ends.get(status, 0) + 1
     studies = {name: p["study_count"] for name, p in burst["products"].items()}
     ok = ends == {"SUCCEEDED": burst["granules"]} and burst["executions"] == burst["granules"] \
-        and all(n == 1 for n in studies.values())
+        and len(set(burst["execution_names"])) == burst["granules"] and all(n == 1 for n in studies.values()) \
+        and all(peak <= args.bound for peak in burst["peak_executions"].values())
     out = {
         "benchmark": "bench_product_burst",
         "command": "benchmarks/bench_product_burst.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -79,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         "granules": burst["granules"], "granule_bytes": burst["granule_bytes"], "executions": burst["executions"],
         "ends": ends, "studies": studies,
         "production_granules": {n: p["production_granules"] for n, p in burst["products"].items()},
-        "wall_s": burst["wall_s"], "upload_and_ingest_s": burst["upload_and_ingest_s"],
+        "bound": args.bound, "peak_executions": burst["peak_executions"], "queues_after": burst["queues_after"],
+        "wall_s": burst["wall_s"], "upload_s": burst["upload_s"], "upload_and_ingest_s": burst["upload_and_ingest_s"],
         "granules_per_s": burst["granules_per_s"], "cloud_peak_rss_mb": burst["cloud_peak_rss_mb"], "ok": ok,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

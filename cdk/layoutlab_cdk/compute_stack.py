@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aws_cdk import ArnFormat, Duration, IgnoreMode, Size, Stack
+from aws_cdk import ArnFormat, Aws, Duration, IgnoreMode, Size, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -34,6 +34,7 @@ from .config import (
     PYTHON_RUNTIME,
     REPO_ROOT,
     TASK_CONTAINER_NAME,
+    ingest_queue_name,
     EnvConfig,
 )
 
@@ -276,6 +277,10 @@ class ComputeStack(Stack):
 
     def _ingest_permissions(self, role: iam.IRole) -> None:
         self._read_inputs(role, [INGEST_PREFIX, PLANS_PREFIX])
+        # the ingest queue's event source (pipeline stack) receives and deletes with this role
+        policy.allow(role, ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+                            "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+                     [f"arn:{Aws.PARTITION}:sqs:{Aws.REGION}:{Aws.ACCOUNT_ID}:{ingest_queue_name(self.config)}"])
         policy.allow(role, policy.DYNAMODB_IDEMPOTENCY, [policy.table_arn(self.names["idempotency_table"])])
         policy.allow(role, policy.DYNAMODB_WRITE, [self._results_arn])
         policy.allow(role, ["states:StartExecution"], [self.state_machine_arn])

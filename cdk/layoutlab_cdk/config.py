@@ -23,6 +23,20 @@ PYTHON_RUNTIME = "3.12"  # the Lambda runtime (python3.12, Amazon Linux 2023); l
 
 # The S3 → ingest trigger watches this prefix of the ingest bucket only.
 INGEST_PREFIX = "incoming/"
+# The ingest queue (S3 → EventBridge → SQS → ingest): batch size, batching window and the event source's
+# concurrency, shared with the local cloud's event source (layoutlab.local.sqs_source).
+from layoutlab.pipeline.events import (  # noqa: E402,F401
+    INGEST_BATCH_SIZE, INGEST_BATCH_WINDOW_SECONDS, INGEST_MAX_CONCURRENCY)
+# Visibility timeout = 6 × ingest's timeout (AWS's advice for an SQS event source). A record over its product's
+# bound comes back after it; 240 deliveries (a day at ingest's 60 s timeout) before the dead-letter queue.
+INGEST_QUEUE_VISIBILITY_FACTOR = 6
+INGEST_QUEUE_MAX_RECEIVES = 240
+
+
+def ingest_queue_name(config: EnvConfig) -> str:
+    """The ingest queue's name, fixed by the environment: the compute stack grants ingest its messages by this
+    name, so it needs no reference to the pipeline stack (which depends on compute)."""
+    return f"layoutlab-{config.name}-ingest-queue"
 # User-supplied plans (object metadata names one); never triggers the pipeline.
 PLANS_PREFIX = "plans/"
 # Everything the pipeline writes goes to the *outputs* bucket under these prefixes.

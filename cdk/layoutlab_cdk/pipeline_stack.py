@@ -14,6 +14,7 @@ from aws_cdk import ArnFormat, Aws, CfnOutput, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -24,7 +25,9 @@ from layoutlab.pipeline.events import object_created_pattern
 from . import iam as policy
 from .compute_stack import ComputeStack, retention
 from .nag import acknowledge
-from .config import ASL_PATH, BACKFILL_ASL_PATH, INGEST_PREFIX, OUTPUT_PREFIXES, EnvConfig
+from .config import (ASL_PATH, BACKFILL_ASL_PATH, INGEST_BATCH_SIZE, INGEST_BATCH_WINDOW_SECONDS,
+                     INGEST_MAX_CONCURRENCY, INGEST_PREFIX, INGEST_QUEUE_MAX_RECEIVES, INGEST_QUEUE_VISIBILITY_FACTOR,
+                     OUTPUT_PREFIXES, EnvConfig, ingest_queue_name)
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 
@@ -168,7 +171,10 @@ class PipelineStack(Stack):
             "no resource-level permissions; AWS requires Resource '*'.",
         )
 
-        # ---- trigger: S3 Object Created under incoming/ → ingest --------------------------
+        # ---- trigger: S3 Object Created under incoming/ → EventBridge → SQS → ingest (batches) ----------
+        # The queue smooths a burst of uploads: ingest takes batches at the pace its event source allows, and a
+        # record it cannot start yet (its product runs as many executions as its plan allows, or an AWS error)
+        # comes back as a batch item failure and is delivered again after the visibility timeout.
         self.trigger_failures = sqs.Queue(
             self,
             "TriggerFailures",
@@ -180,27 +186,52 @@ class PipelineStack(Stack):
         acknowledge(
             self.trigger_failures,
             "AwsSolutions-SQS3",
-            "This queue is the EventBridge rule target's dead-letter queue.",
+            "This queue is the dead-letter queue of the EventBridge rule target and of the ingest queue.",
+        )
+        ingest_timeout = config.functions["ingest"].timeout_seconds
+        self.ingest_queue = sqs.Queue(
+            self,
+            "IngestQueue",
+            queue_name=ingest_queue_name(config),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+            # AWS's advice for an SQS event source: at least six times the function's timeout
+            visibility_timeout=Duration.seconds(INGEST_QUEUE_VISIBILITY_FACTOR * ingest_timeout),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=INGEST_QUEUE_MAX_RECEIVES,
+                                                  queue=self.trigger_failures),
+            removal_policy=removal,
         )
         # the local cloud's rule has the same pattern (layoutlab.local.pipeline)
         trigger_pattern = object_created_pattern(config.bucket_name("ingest"), INGEST_PREFIX)
         self.trigger = events.Rule(
             self,
             "IngestTrigger",
-            description=f"Object Created under s3://<ingest>/{INGEST_PREFIX} starts layoutlab ingest",
+            description=f"Object Created under s3://<ingest>/{INGEST_PREFIX} queues layoutlab ingest",
             event_pattern=events.EventPattern(
                 source=trigger_pattern["source"],
                 detail_type=trigger_pattern["detail-type"],
                 detail=trigger_pattern["detail"],
             ),
             targets=[
-                targets.LambdaFunction(
-                    functions["ingest"],
+                targets.SqsQueue(
+                    self.ingest_queue,
                     dead_letter_queue=self.trigger_failures,
                     retry_attempts=8,
                     max_event_age=Duration.hours(2),
                 )
             ],
+        )
+        ingest = functions["ingest"]  # (its role may consume the queue: compute_stack, by the queue's name)
+        self.ingest_source = lambda_.EventSourceMapping(
+            self,
+            "IngestQueueSource",
+            target=ingest,
+            event_source_arn=self.ingest_queue.queue_arn,
+            batch_size=INGEST_BATCH_SIZE,
+            max_batching_window=Duration.seconds(INGEST_BATCH_WINDOW_SECONDS),
+            report_batch_item_failures=True,
+            max_concurrency=INGEST_MAX_CONCURRENCY,
         )
         CfnOutput(self, "StateMachineArn", value=self.state_machine.state_machine_arn)
         self._backfill(config, functions, outputs_bucket, removal)

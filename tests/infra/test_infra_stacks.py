@@ -228,13 +228,41 @@ def test_trigger_watches_incoming_only_and_is_disjoint_from_every_output(dev):
     ]
     assert pattern["detail"]["object"]["key"] == [{"prefix": INGEST_PREFIX}]
     (target,) = rule["Properties"]["Targets"]
-    assert "IngestFunction" in render(target["Arn"])
+    assert "IngestQueue" in render(target["Arn"])  # the rule queues; the queue's event source invokes ingest
     assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
     for prefix in OUTPUT_PREFIXES.values():
         assert not prefix.startswith(INGEST_PREFIX) and not INGEST_PREFIX.startswith(prefix)
     # Ingest's own failures (after Lambda's async retries) go to a queue.
     (invoke_config,) = dev.resources("compute", "AWS::Lambda::EventInvokeConfig").values()
     assert "IngestFailures" in render(invoke_config["Properties"]["DestinationConfig"]["OnFailure"]["Destination"])
+
+
+def test_uploads_reach_ingest_through_a_queue_with_a_dead_letter_queue_and_partial_batch_failures(dev):
+    """S3 → EventBridge rule → SQS (+ DLQ, visibility timeout over ingest's timeout) → ingest, in batches, the
+    records ingest could not start reported back one by one (issue 35: arrivals smoothed)."""
+    queues = dev.resources("pipeline", "AWS::SQS::Queue")
+    [(queue_id, queue)] = [(k, q) for k, q in queues.items() if k.startswith("IngestQueue")]
+    [dlq_id] = [k for k in queues if k.startswith("TriggerFailures")]
+    redrive = queue["Properties"]["RedrivePolicy"]
+    assert dlq_id in render(redrive["deadLetterTargetArn"]) and redrive["maxReceiveCount"] >= 10
+    ingest_timeout = dev.config.functions["ingest"].timeout_seconds
+    assert queue["Properties"]["VisibilityTimeout"] >= 6 * ingest_timeout
+    (rule,) = dev.resources("pipeline", "AWS::Events::Rule").values()
+    assert [queue_id] == [t["Arn"]["Fn::GetAtt"][0] for t in rule["Properties"]["Targets"]]
+    (mapping,) = dev.resources("pipeline", "AWS::Lambda::EventSourceMapping").values()
+    props = mapping["Properties"]
+    assert queue_id in render(props["EventSourceArn"]) and "IngestFunction" in render(props["FunctionName"])
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BatchSize"] > 1 and props["MaximumBatchingWindowInSeconds"] >= 1
+    assert props["ScalingConfig"]["MaximumConcurrency"] >= 2
+    # EventBridge may send to the queue (its rule only), ingest's role may consume it
+    statements = [st for _, st in policy_statements(dev)]
+    sends = [st for st in statements if "sqs:SendMessage" in as_list(st["Action"]) and st["Effect"] == "Allow"
+             and queue_id in render(st["Resource"])]
+    assert sends and all(render(st["Principal"]) == render({"Service": "events.amazonaws.com"}) for st in sends)
+    consumes = [st for st in statements if "sqs:ReceiveMessage" in as_list(st["Action"])
+                and render(queue["Properties"]["QueueName"]) in render(st["Resource"])]
+    assert consumes and {"sqs:DeleteMessage", "sqs:GetQueueAttributes"} <= set(as_list(consumes[0]["Action"]))
 
 
 @pytest.mark.parametrize("env_fixture", ["dev", "prod"])

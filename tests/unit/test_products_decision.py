@@ -63,7 +63,8 @@ def _study(store, name, n=2):
     walls = [{"a": {"original": 2.0, "paged": 1.0}}, {"a": {"original": 2.0, "paged": 1.4}}]
     for i in range(n):
         dataset = f"g{i}"
-        state.admit(store, name, dataset, size=100, signature="sig-x", named_by="uploader", settings=settings)
+        # (sizes 100, 120, ...: more than 10% apart, so none waits for a granule of another size)
+        state.admit(store, name, dataset, size=100 + 20 * i, signature="sig-x", named_by="uploader", settings=settings)
         store.put_run(dataset, product=name, product_role="study", study_round=1)
         s = summary(dataset, "paged", walls[i % 2])
         store.put_summary(dataset, s)
@@ -111,7 +112,7 @@ def test_production_granules_count_bytes_and_a_drifting_check_sends_the_product_
     done = flow.finish_production("p1", store.items(dataset="p1"), store=store)
     assert done["status"] == "CONVERTED"
     product = state.get_product(store, "P")
-    assert (product["state"], product["bytes_in"], product["bytes_out"]) == ("production", 300, 90)
+    assert (product["state"], product["bytes_in"], product["bytes_out"]) == ("production", 320, 90)
     check = state.admit(store, "P", "p2", size=100, signature="sig-x", named_by="uploader", settings=settings)
     assert check.role == "check"
     store.put_run("p2", product="P", product_role="check", study_round=1)

@@ -217,3 +217,38 @@ def test_report_help_has_an_example(capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert "layoutlab report --dataset" in capsys.readouterr().out
+
+
+def _product_items():
+    product = {"kind": "PRODUCT", "product": "ATL03", "state": "production", "study_round": 1, "study_granules": 1,
+               "studied": [rr.GRANULE], "granules": 3, "study_count": 1, "production_granules": 2, "checks": 0,
+               "failed_granules": 0, "bytes_in": 9_000_000, "bytes_out": 6_180_000, "convert_s": 3.5,
+               "decision": {"variant": "paged-8MiB", "platform": "local-lambda", "interval": [0.21, 0.43],
+                            "granules": [rr.GRANULE], "why": "fewer requests <fast>"},
+               "history": [{"event": "decided", "by": "layoutlab", "variant": "paged-8MiB"}]}
+    granules = [{"kind": "GRANULE", "product": "ATL03", "dataset": f"p{i}", "role": "production",
+                 "status": "CONVERTED", "bytes_in": 3_000_000, "bytes_out": 3_090_000, "convert_s": 1.75,
+                 "platform": "lambda-1024"} for i in range(2)]
+    studying = {"kind": "PRODUCT", "product": "GEOS", "state": "studying", "study_round": 2, "study_granules": 3,
+                "studied": [], "granules": 1, "study_count": 0, "production_granules": 0, "bytes_in": 100}
+    return [product, studying, *granules]
+
+
+def test_report_has_a_section_per_product_with_state_decision_counts_bytes_and_cost(tmp_path):
+    written = html.write_report(rr.granule_items() + _product_items(), tmp_path / "products.html")
+    page = written.html.read_text()
+    products = dict(re.findall(r'<section id="product-[^"]*" class="product" data-product="([^"]+)">(.*?)</section>',
+                               page, re.S))
+    assert list(products) == ["ATL03", "GEOS"] and page.index("<h2>Products</h2>") < page.index('class="dataset"')
+    atl03 = products["ATL03"]
+    assert "converts every granule to paged-8MiB" in atl03 and "0.21-0.43" in atl03
+    assert "fewer requests &lt;fast&gt;" in atl03  # escaped
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", atl03)
+    assert "production" in cells and "9,000,000" in cells and "6,180,000" in cells
+    study_usd, production_usd, total_usd, priced = [float(c) for c in cells[-4:]]
+    assert study_usd > 0 and production_usd > 0 and total_usd == pytest.approx(study_usd + production_usd, rel=1e-3)
+    assert priced == 3
+    assert "no decision yet" in products["GEOS"]
+    assert "0 of 3 study granules" in products["GEOS"]
+    # no PRODUCT item, no products heading
+    assert "<h2>Products</h2>" not in html.write_report(rr.granule_items(), tmp_path / "plain.html").html.read_text()

@@ -297,8 +297,22 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     # S3's EventBridge events reach the rules' Lambda targets (the ingest function) as in AWS.
     from layoutlab.local import s3_events, sfn_adapter
 
-    event_targets = s3_events.install(
-        lambda function_arn, event: dispatcher.invoke_lambda(sfn_adapter.function_name_of(function_arn), event))
+    def invoke(function_arn, event):
+        return dispatcher.invoke_lambda(sfn_adapter.function_name_of(function_arn), event)
+
+    event_targets = s3_events.install(invoke)
+    # ... and the ingest queue's messages reach ingest in batches, as its event source mapping does in AWS
+    import boto3
+
+    from layoutlab.local.sqs_source import QueueEventSource
+    from layoutlab.pipeline.events import INGEST_BATCH_SIZE
+
+    queue_source = QueueEventSource(
+        boto3.client("sqs", endpoint_url=f"http://{HOST}:{moto_port}", region_name=dispatch.REGION,
+                     aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]),
+        dispatch.INGEST_QUEUE, dispatch.function_arn("ingest"), invoke, batch_size=INGEST_BATCH_SIZE,
+        workers=dispatch.INGEST_POLLERS)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -314,6 +328,7 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
                 logging.getLogger(__name__).info("process %d that started the local cloud has ended: stopping", stop_with)
                 break
     finally:
+        queue_source.stop()
         event_targets.stop()
         dispatcher.stop()
         proxy.stop()

@@ -38,6 +38,15 @@ RESULTS_TABLE = f"{PREFIX}-results"
 IDEMPOTENCY_TABLE = f"{PREFIX}-idempotency"
 STATE_MACHINE = f"{PREFIX}-pipeline"
 BACKFILL_STATE_MACHINE = f"{PREFIX}-backfill"
+# S3 → EventBridge → this queue → ingest (layoutlab.local.sqs_source), as the CDK app deploys it. Locally an
+# upload over its product's bound comes back after 10 s, not AWS's 6 × ingest's timeout (a burst on one core
+# would otherwise idle), and a record goes to the dead-letter queue after 1,000 deliveries (hours here).
+INGEST_QUEUE = f"{PREFIX}-ingest-queue"
+INGEST_DEAD_LETTERS = f"{PREFIX}-ingest-dead-letters"
+INGEST_QUEUE_VISIBILITY_S = 10
+INGEST_QUEUE_MAX_RECEIVES = 1000
+# ingest invocations at once: the deployed event source allows INGEST_MAX_CONCURRENCY; two cores here
+INGEST_POLLERS = 2
 # the plan (plans/<name>.json in the ingest bucket) that an upload naming none runs locally
 LOCAL_DEFAULT_PLAN = "local"
 CLUSTER = f"{PREFIX}"

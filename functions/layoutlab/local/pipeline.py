@@ -72,6 +72,7 @@ class LocalPipeline:
         self.sfn = boto3.client("stepfunctions", **kwargs)
         self.dynamodb = boto3.client("dynamodb", **kwargs)
         self.events = boto3.client("events", **kwargs)
+        self.sqs = boto3.client("sqs", **kwargs)
         self.store = ResultsStore(dispatch.RESULTS_TABLE, endpoint_url=cloud.moto_endpoint)
         # Ingest (the only task started from here) runs off the measured core: it is not measured.
         self.dispatcher = dispatch.Dispatcher(cloud.moto_endpoint, cloud.control_url, None)
@@ -103,14 +104,38 @@ class LocalPipeline:
             self.route_s3_events()
 
     def route_s3_events(self) -> None:
-        """S3 → EventBridge → ingest, as deployed: the data stack turns the ingest bucket's EventBridge
-        notifications on, the pipeline stack's rule (the same pattern) targets the ingest function."""
+        """S3 → EventBridge → SQS → ingest, as deployed: the data stack turns the ingest bucket's EventBridge
+        notifications on, the pipeline stack's rule (the same pattern) targets the ingest queue (with its
+        dead-letter queue), whose event source — here ``local/sqs_source.py`` in the local cloud — invokes ingest
+        with batches."""
         self.s3.put_bucket_notification_configuration(
             Bucket=dispatch.INGEST_BUCKET, NotificationConfiguration={"EventBridgeConfiguration": {}})
+        dead_letters = self.sqs.create_queue(QueueName=dispatch.INGEST_DEAD_LETTERS)["QueueUrl"]
+        dead_letters_arn = self.sqs.get_queue_attributes(QueueUrl=dead_letters,
+                                                         AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        queue = self.sqs.create_queue(QueueName=dispatch.INGEST_QUEUE, Attributes={
+            "VisibilityTimeout": str(dispatch.INGEST_QUEUE_VISIBILITY_S),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dead_letters_arn,
+                                         "maxReceiveCount": dispatch.INGEST_QUEUE_MAX_RECEIVES})})["QueueUrl"]
+        queue_arn = self.sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self.events.put_rule(Name=INGEST_RULE, State="ENABLED",
                              EventPattern=json.dumps(object_created_pattern(dispatch.INGEST_BUCKET)),
-                             Description="Object Created under s3://<ingest>/incoming/ starts layoutlab ingest")
-        self.events.put_targets(Rule=INGEST_RULE, Targets=[{"Id": "ingest", "Arn": dispatch.function_arn("ingest")}])
+                             Description="Object Created under s3://<ingest>/incoming/ queues layoutlab ingest")
+        self.events.put_targets(Rule=INGEST_RULE, Targets=[{"Id": "ingest-queue", "Arn": queue_arn}])
+
+    def queued(self) -> dict[str, int]:
+        """Messages in the ingest queue (waiting, in flight) and its dead-letter queue."""
+        counts = {}
+        for name, label in ((dispatch.INGEST_QUEUE, "queue"), (dispatch.INGEST_DEAD_LETTERS, "dead_letters")):
+            try:
+                url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            except self.sqs.exceptions.QueueDoesNotExist:
+                continue
+            attributes = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+                "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+            counts[label] = int(attributes["ApproximateNumberOfMessages"])
+            counts[f"{label}_in_flight"] = int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        return counts
 
     def put_local_default_plan(self) -> None:
         """The plan an upload naming none runs locally (``plans/<LOCAL_DEFAULT_PLAN>.json``, the tasks'

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote_plus
 
 INCOMING_PREFIX = "incoming/"
+# The ingest queue's event source (the CDK app's, and the local cloud's layoutlab.local.sqs_source): batches of
+# up to 10 records gathered for up to 5 s, at most 5 ingest invocations at once — a burst of uploads waits in
+# the queue instead of starting as many functions.
+INGEST_BATCH_SIZE = 10
+INGEST_BATCH_WINDOW_SECONDS = 5
+INGEST_MAX_CONCURRENCY = 5
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import json
 import logging
 import posixpath
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from layoutlab.ceilings import Ceilings
 from layoutlab.errors import UserError
@@ -203,7 +204,13 @@ def execution_input(ref: ObjectRef, dataset_id: str, source_format: str, plan: d
     }
 
 
-def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -> IngestOutcome:
+# (store, key, object metadata, plan, dataset id) -> the name the execution's slot is held under, or None; raises
+# to start nothing (products.concurrency.take_upload_slot: a product's bound of executions at once)
+SlotTaker = Callable[[object, str, dict, dict, str], "str | None"]
+
+
+def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings,
+                  take_slot: SlotTaker | None = None) -> IngestOutcome:
     if not is_incoming(ref.key):
         return IngestOutcome(key=ref.key, status="ignored", reason="not under incoming/")
     dataset_id = identity.dataset_id(ref)
@@ -242,6 +249,9 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
         store.put_failure(dataset_id, "ingest", "error", reason, source=ref.to_dict())
         return IngestOutcome(key=ref.key, status="failed", dataset_id=dataset_id, reason=reason)
 
+    # A product's executions are bounded (plan field products.max_concurrent_executions): over the bound
+    # take_slot raises (ProductBusy), nothing starts, and the queue delivers the upload again later.
+    product = take_slot(store, ref.key, head.get("Metadata", {}), plan, dataset_id) if take_slot else None
     name = identity.execution_name(ref)
     payload = execution_input(ref, dataset_id, source_format, plan, settings)
     try:
@@ -252,12 +262,15 @@ def ingest_object(ref: ObjectRef, *, s3, sfn, store, settings: IngestSettings) -
     # StartExecution is idempotent for a running execution with the same name and
     # input (it answers as if it had started it), so the RUN item decides.
     first = store.create_run(dataset_id, status="RUNNING", source=payload["source"], plan_name=plan.get("name"),
-                             execution_arn=response["executionArn"], started=response["startDate"].isoformat())
+                             execution_arn=response["executionArn"], started=response["startDate"].isoformat(),
+                             execution_product=product)
     if not first:
         return IngestOutcome(key=ref.key, status="duplicate", dataset_id=dataset_id, execution_name=name)
     return IngestOutcome(key=ref.key, status="started", dataset_id=dataset_id, execution_name=name)
 
 
-def ingest_event(event: dict, *, s3, sfn, store, settings: IngestSettings) -> list[IngestOutcome]:
+def ingest_event(event: dict, *, s3, sfn, store, settings: IngestSettings,
+                 take_slot: SlotTaker | None = None) -> list[IngestOutcome]:
     """Ingest every object of an S3 / EventBridge / SQS event; one outcome per object."""
-    return [ingest_object(ref, s3=s3, sfn=sfn, store=store, settings=settings) for ref in objects_in_event(event)]
+    return [ingest_object(ref, s3=s3, sfn=sfn, store=store, settings=settings, take_slot=take_slot)
+            for ref in objects_in_event(event)]

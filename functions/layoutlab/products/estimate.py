@@ -20,35 +20,6 @@ from __future__ import annotations
 from layoutlab.errors import UserError
 
 
-def _price_convert(seconds: float, platform: str | None, prices: dict) -> float:
-    from layoutlab.platforms import platform_profile
-    from layoutlab.report import cost
-
-    profile = platform_profile(platform or "lambda-3008")
-    if profile.kind == "lambda":
-        one = cost.lambda_access_usd(seconds, profile.memory_mb, prices)
-        return one["compute_usd"] + one["request_usd"]
-    return cost.fargate_batch_usd(seconds, profile.vcpu, profile.memory_mb, prices, accesses=1)["compute_usd"]
-
-
-def _cases_usd(results: list[dict], prices: dict) -> float:
-    from layoutlab.platforms import platform_profile
-    from layoutlab.report import cost
-
-    total = 0.0
-    for record in results:
-        if record.get("wall_s") is None:
-            continue
-        profile = platform_profile(record.get("platform") or "lambda-1769")
-        if profile.kind == "lambda":
-            one = cost.lambda_access_usd(float(record["wall_s"]), profile.memory_mb, prices)
-            total += one["compute_usd"] + one["request_usd"]
-        else:
-            total += cost.fargate_batch_usd(float(record["wall_s"]), profile.vcpu, profile.memory_mb, prices,
-                                            accesses=1)["compute_usd"]
-    return total
-
-
 def product_estimate(product: dict, granules: list[dict], study_items: dict[str, list[dict]], *, count: int,
                      granule_bytes: int, prices: dict) -> dict:
     """The estimate (see the module docstring). ``granules``: the product's GRANULE items; ``study_items``:
@@ -90,14 +61,14 @@ def product_estimate(product: dict, granules: list[dict], study_items: dict[str,
         variants = [i for i in items if i.get("kind") == "VARIANT"]
         results = [i for i in items if i.get("kind") == "RESULT"]
         study_usd += sum(cost.conversion_usd(v, prices).get("usd") or 0.0 for v in variants)
-        study_usd += _cases_usd(results, prices)
+        study_usd += cost.cases_usd(results, prices)
         study_cases += len(results)
-        check_usd_per_granule += _cases_usd([r for r in results if r.get("variant") in ("original", variant)], prices)
+        check_usd_per_granule += cost.cases_usd([r for r in results if r.get("variant") in ("original", variant)], prices)
     if study_items:
         check_usd_per_granule /= len(study_items)
         basis.append(f"study: {len(study_items)} granules, {study_cases} cases")
     per_granule_s = seconds_per_byte * granule_bytes
-    convert_usd = count * _price_convert(per_granule_s, platform, prices) if per_granule_s else 0.0
+    convert_usd = count * cost.one_run_usd(per_granule_s, platform or "lambda-3008", prices) if per_granule_s else 0.0
     checks = count // int(product.get("check_every") or 1)
     archive_bytes = count * granule_bytes
     after_bytes = archive_bytes * out_ratio

@@ -261,10 +261,13 @@ def summarize_granule(summarize_input, *, s3, store, outputs_bucket: str) -> dic
     product's study count, decision or drift check."""
     from layoutlab.pipeline.outcomes import summarize_dataset
 
+    from layoutlab.products import concurrency
+
     dataset_id = summarize_input.dataset_id
     items = store.items(dataset=dataset_id)
     produced = finish_production(dataset_id, items, store=store)
     if produced is not None:
+        concurrency.release_for_dataset(store, dataset_id)  # the execution ends here: its product slot is free
         return produced
     result = summarize_dataset(summarize_input, s3=s3, store=store, outputs_bucket=outputs_bucket)
     run = _run(items)
@@ -274,6 +277,7 @@ def summarize_granule(summarize_input, *, s3, store, outputs_bucket: str) -> dic
         granule = state.get_granule(store, run["product"], dataset_id) or {}
         result = {**result, "product": run["product"], "role": run.get("product_role"),
                   "bytes_in": int(granule.get("bytes_in") or 0), "bytes_out": int(granule.get("bytes_out") or 0)}
+    concurrency.release_for_dataset(store, dataset_id)
     return result
 
 
@@ -281,7 +285,11 @@ def record_granule_failure(failure, *, store) -> dict:
     """The record_failure step: the FAILURE item (``outcomes``), then the product's count or study slot."""
     from layoutlab.pipeline.outcomes import record_failure
 
+    from layoutlab.products import concurrency
+
     result = record_failure(failure, store=store)
     if failure.stage != "bench":
         after_failure(failure.dataset_id, result["reason"], store=store)
+    if failure.case is None:  # the execution fails here (a failed case alone does not end it): its slot is free
+        concurrency.release_for_dataset(store, failure.dataset_id)
     return result

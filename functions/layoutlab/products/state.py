@@ -15,6 +15,7 @@ Plain functions over a ``ResultsStore`` (its table): the same code in AWS and on
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
 
 from layoutlab.errors import UserError
@@ -26,6 +27,9 @@ ROLES = ("study", "production", "check")
 DEFAULT_STUDY_GRANULES = 3
 DEFAULT_CHECK_EVERY = 20
 DEFAULT_DRIFT_TOLERANCE = 0.1
+DEFAULT_MAX_CONCURRENT_EXECUTIONS = 10  # (products/concurrency.py enforces it at ingest)
+DEFAULT_STUDY_SIZE_TOLERANCE = 0.1
+DEFAULT_STUDY_WINDOW_S = 300
 HISTORY_KEEP = 50  # decision history entries kept on the item (an item is at most 400 KB)
 _ATTEMPTS = 25
 
@@ -55,6 +59,9 @@ class ProductSettings:
     check_every: int = DEFAULT_CHECK_EVERY
     drift_tolerance: float = DEFAULT_DRIFT_TOLERANCE
     by_structure: bool = False
+    max_concurrent_executions: int = DEFAULT_MAX_CONCURRENT_EXECUTIONS
+    study_size_tolerance: float = DEFAULT_STUDY_SIZE_TOLERANCE
+    study_window_s: float = DEFAULT_STUDY_WINDOW_S
 
     @classmethod
     def from_plan(cls, plan: dict | None) -> "ProductSettings":
@@ -62,7 +69,11 @@ class ProductSettings:
         return cls(study_granules=int(given.get("study_granules", DEFAULT_STUDY_GRANULES)),
                    check_every=int(given.get("check_every", DEFAULT_CHECK_EVERY)),
                    drift_tolerance=float(given.get("drift_tolerance", DEFAULT_DRIFT_TOLERANCE)),
-                   by_structure=bool(given.get("by_structure", False)))
+                   by_structure=bool(given.get("by_structure", False)),
+                   max_concurrent_executions=int(given.get("max_concurrent_executions",
+                                                           DEFAULT_MAX_CONCURRENT_EXECUTIONS)),
+                   study_size_tolerance=float(given.get("study_size_tolerance", DEFAULT_STUDY_SIZE_TOLERANCE)),
+                   study_window_s=float(given.get("study_window_s", DEFAULT_STUDY_WINDOW_S)))
 
 
 @dataclass(frozen=True)
@@ -151,12 +162,38 @@ def _transact(store, product_update: dict, granule: dict) -> str | None:
     return None
 
 
+def similar_study_granule(store, name: str, round_: int, size: int, settings: ProductSettings,
+                          at: float) -> str | None:
+    """The study granule of this round whose size is within ``study_size_tolerance`` of ``size`` (relative to
+    the larger), while the round's study window is open (``study_window_s`` from its first study granule's
+    admission); else None. The study prefers granules of different sizes: a granule like one already studied
+    waits (it becomes a production granule if the decision comes first), unless no other size arrives within
+    the window. Failed study granules count for nothing."""
+    if settings.study_size_tolerance <= 0 or settings.study_window_s <= 0:
+        return None
+    studied = [g for g in granules(store, name) if g.get("role") == "study"
+               and int(g.get("study_round") or 0) == round_ and g.get("status") != "FAILED"]
+    if not studied:
+        return None
+    opened = min(datetime.datetime.fromisoformat(g["admitted"]).timestamp() for g in studied)
+    if at - opened >= settings.study_window_s:
+        return None
+    for granule in studied:
+        other = int(granule.get("bytes_in") or 0)
+        if abs(other - size) <= settings.study_size_tolerance * max(other, size, 1):
+            return granule["dataset"]
+    return None
+
+
 def admit(store, name: str, dataset_id: str, *, size: int, signature: str | None, named_by: str,
-          settings: ProductSettings, checks: bool = True, study: bool = True, plan: dict | None = None) -> Admission:
-    """Admit one granule into its product: a study slot while the product is studying and has one free,
-    else (decided) the next production number, every ``check_every``-th of which is a drift check.
-    Raises ProductStudying when the study is full and undecided. A backfill admits with ``checks`` off (no
-    benchmark inside a batch) and ``study`` off (an archive is converted by a decided product only)."""
+          settings: ProductSettings, checks: bool = True, study: bool = True, plan: dict | None = None,
+          clock=time.time) -> Admission:
+    """Admit one granule into its product: a study slot while the product is studying and has one free (and
+    the granule's size is not like a study granule's, ``similar_study_granule``), else (decided) the next
+    production number, every ``check_every``-th of which is a drift check.
+    Raises ProductStudying when the study is full and undecided, or the granule waits for another size. A
+    backfill admits with ``checks`` off (no benchmark inside a batch) and ``study`` off (an archive is
+    converted by a decided product only)."""
     product = ensure_product(store, name, signature=signature, named_by=named_by, settings=settings, plan=plan)
     for _ in range(_ATTEMPTS):
         existing = get_granule(store, name, dataset_id)
@@ -179,6 +216,12 @@ def admit(store, name: str, dataset_id: str, *, size: int, signature: str | None
                 raise ProductStudying(
                     f"product {name!r}: its {limit} study granules ({', '.join(product.get('studying') or [])}) "
                     f"are not decided yet; granule {dataset_id} waits for the decision")
+            similar = similar_study_granule(store, name, round_, int(size), settings, clock())
+            if similar:
+                raise ProductStudying(
+                    f"product {name!r}: granule {dataset_id} ({int(size)} bytes) is within "
+                    f"{settings.study_size_tolerance:.0%} of study granule {similar} of round {round_}; it waits "
+                    f"for a granule of another size until {settings.study_window_s:.0f} s after the round's first")
             failed = _transact(store, {
                 "Key": {PK: product_pk(name), SK: "PRODUCT"},
                 "UpdateExpression": "SET study_slots = :next, studying = list_append(studying, :me), "

@@ -234,3 +234,37 @@ def storage_costs(variants: dict[str, dict], prices: dict | None = None) -> list
              "storage_usd_per_month": storage_usd_per_month(item["size_bytes"], prices)}
             for name, item in variants.items() if item.get("size_bytes") is not None]
     return sorted(rows, key=lambda r: (r["storage_usd_per_month"], r["variant"]))
+
+
+def one_run_usd(seconds: float, platform: str, prices: dict) -> float:
+    """One invocation of ``seconds`` on ``platform`` (a Lambda access, or one Fargate task's compute); a local
+    platform priced as the AWS platform of the same memory."""
+    from layoutlab.platforms import platform_profile
+
+    profile = platform_profile(platform)
+    if profile.kind == "lambda":
+        one = lambda_access_usd(seconds, profile.memory_mb, prices)
+        return one["compute_usd"] + one["request_usd"]
+    return fargate_batch_usd(seconds, profile.vcpu, profile.memory_mb, prices, accesses=1)["compute_usd"]
+
+
+def cases_usd(results: list[dict], prices: dict) -> float:
+    """Every benchmark case's wall time priced as one run on its platform."""
+    return sum(one_run_usd(float(r["wall_s"]), r.get("platform") or "lambda-1769", prices)
+               for r in results if r.get("wall_s") is not None)
+
+
+def product_spent(granules: list[dict], study_items: dict[str, list[dict]], prices: dict) -> dict:
+    """What a product has cost so far, as measured: its study granules' conversions and benchmark cases, and its
+    production (and check) granules' conversions, each priced on the platform it ran on (local platforms as the
+    AWS platform of the same memory). ``granules``: its GRANULE items; ``study_items``: dataset -> items."""
+    study_usd = 0.0
+    for items in study_items.values():
+        study_usd += sum(conversion_usd(v, prices).get("usd") or 0.0 for v in items if v.get("kind") == "VARIANT")
+        study_usd += cases_usd([i for i in items if i.get("kind") == "RESULT"], prices)
+    converted = [g for g in granules if g.get("role") in ("production", "check") and g.get("convert_s") is not None
+                 and float(g["convert_s"]) > 0]
+    production_usd = sum(one_run_usd(float(g["convert_s"]), g.get("platform") or "lambda-3008", prices)
+                         for g in converted)
+    return {"study_usd": study_usd, "production_usd": production_usd, "total_usd": study_usd + production_usd,
+            "priced_granules": len(converted) + len(study_items)}

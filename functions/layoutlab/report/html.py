@@ -7,7 +7,8 @@ The same PNGs are written beside the page (``<name>_files/<dataset>-<plot>.png``
 for slides and papers.
 
 Input is the items of the results table (RUN, VARIANT, RESULT, SUMMARY,
-FAILURE: what ``layoutlab results --format json`` prints or the demo keeps).
+FAILURE: what ``layoutlab results --format json`` prints or the demo keeps). PRODUCT and GRANULE items, when
+there are any, add a section per product first (state, decision, counts, bytes, cost so far).
 The decision, cost and model come from ``decision``, ``cost`` and ``model``;
 this module only lays them out. Strings from the items are escaped.
 """
@@ -431,7 +432,68 @@ def _table_html(title: str, header: list[str], rows: list[list[str]], note: str)
     return out
 
 
-def render_html(sections: list[DatasetSection], *, title: str, meta: str, figure_paths: dict[tuple, str]) -> str:
+@dataclass
+class ProductSection:
+    product: str
+    sentence: str
+    tables: list[tuple[str, list[str], list[list[str]], str]] = field(default_factory=list)
+
+
+def _bytes(value) -> str:
+    return f"{int(value or 0):,}"
+
+
+def build_product_section(product: dict, items: list[dict], prices: dict | None = None) -> ProductSection:
+    """One PRODUCT item (products/state.py) laid out: its state and decision (variant, interval, who), its
+    counts, bytes in and out, and what it has cost so far (``cost.product_spent``)."""
+    from layoutlab.report.cost import load_prices, product_spent
+
+    name = product["product"]
+    decision = product.get("decision") or {}
+    interval = decision.get("interval")
+    last = (product.get("history") or [{}])[-1]
+    granules = [i for i in items if i.get("kind") == "GRANULE" and i.get("product") == name]
+    studied = set(product.get("studied") or []) | set(decision.get("granules") or [])
+    study_items = {d: [i for i in items if i.get("dataset") == d and i.get("kind") in ("VARIANT", "RESULT")]
+                   for d in sorted(studied)}
+    cost = product_spent(granules, study_items, prices or load_prices())
+    if decision.get("variant"):
+        sentence = (f"Product {name} ({product.get('state')}): converts every granule to {decision['variant']}"
+                    + (f"; read time against the original {interval[0]:.3g}-{interval[1]:.3g}" if interval else "")
+                    + f" (decided by {last.get('by') or '?'}).")
+    else:
+        sentence = (f"Product {name} ({product.get('state')}, study round {product.get('study_round')}): "
+                    f"{len(product.get('studied') or [])} of {product.get('study_granules')} study granules "
+                    f"summarized, no decision yet.")
+    section = ProductSection(name, sentence)
+    section.tables.append((
+        "State and decision", ["state", "study round", "variant", "platform", "interval (read time / original)",
+                               "decided by", "why"],
+        [[product.get("state") or "", str(product.get("study_round") or ""), decision.get("variant") or "—",
+          decision.get("platform") or "—", f"{interval[0]:.3g}-{interval[1]:.3g}" if interval else "—",
+          last.get("by") or "—", decision.get("why") or product.get("restudy_reason") or ""]],
+        "interval: the lowest and highest ratio of the chosen variant's read time to the original's over the "
+        "studied granules."))
+    bytes_in, bytes_out = int(product.get("bytes_in") or 0), int(product.get("bytes_out") or 0)
+    section.tables.append((
+        "Granules and bytes", ["granules", "studied", "production", "drift checks", "failed", "bytes in",
+                               "bytes out", "convert s"],
+        [[str(product.get("granules") or 0), str(product.get("study_count") or 0),
+          str(product.get("production_granules") or 0), str(product.get("checks") or 0),
+          str(product.get("failed_granules") or 0), _bytes(bytes_in), _bytes(bytes_out),
+          f"{float(product.get('convert_s') or 0):.1f}"]],
+        "bytes in: every admitted granule's upload; bytes out: the converted copies written so far."))
+    section.tables.append((
+        "Cost so far (USD)", ["study", "production conversions", "total", "granules priced"],
+        [[f"{cost['study_usd']:.4g}", f"{cost['production_usd']:.4g}", f"{cost['total_usd']:.4g}",
+          str(cost["priced_granules"])]],
+        "the study granules' conversions and cases, and each production granule's conversion, priced on the "
+        "platform it ran on (a local platform as the AWS platform of the same memory)."))
+    return section
+
+
+def render_html(sections: list[DatasetSection], *, title: str, meta: str, figure_paths: dict[tuple, str],
+                products: list[ProductSection] | None = None) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width,initial-scale=1">',
@@ -441,6 +503,15 @@ def render_html(sections: list[DatasetSection], *, title: str, meta: str, figure
         parts.append("<nav><ul>" + "".join(
             f'<li><a href="#{e(_slug(s.dataset))}">{e(s.source)}</a>: {e(s.sentence)}</li>' for s in sections)
             + "</ul></nav>")
+    if products:
+        parts.append("<h2>Products</h2>")
+    for p in products or []:
+        parts.append(f'<section id="product-{e(_slug(p.product))}" class="product" data-product="{e(p.product)}">')
+        parts.append(f"<h3>Product {e(p.product)}</h3>")
+        parts.append(f'<p class="recommendation">{e(p.sentence)}</p>')
+        for t in p.tables:
+            parts.append(_table_html(*t))
+        parts.append("</section>")
     for s in sections:
         parts.append(f'<section id="{e(_slug(s.dataset))}" class="dataset" data-dataset="{e(s.dataset)}">')
         parts.append(f"<h2>{e(s.source)}</h2>")
@@ -516,6 +587,8 @@ def write_report(items: list[dict], out: Path, *, dataset: str | None = None, mi
             + (f"; emulated S3 first byte / bandwidth: {', '.join(latencies)}" if latencies else "")
             + f". Cases grouped by {' × '.join(obs.CASE_GROUPING)}; metric names as on the CloudWatch dashboard "
             f"(namespace {obs.NAMESPACE}).")
-    page = render_html(sections, title="layoutlab report", meta=meta, figure_paths=paths)
+    products = [build_product_section(i, items) for i in sorted(
+        (i for i in items if i.get("kind") == "PRODUCT"), key=lambda i: i["product"])] if dataset is None else []
+    page = render_html(sections, title="layoutlab report", meta=meta, figure_paths=paths, products=products)
     out.write_text(page, encoding="utf-8")
     return WrittenReport(out, pngs, [s.dataset for s in sections], {s.dataset: s.sentence for s in sections})
