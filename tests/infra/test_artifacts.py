@@ -92,6 +92,21 @@ def test_dockerfile_copies_the_artifacts_where_the_local_run_expects_them():
     assert "pip install" not in text  # the image installs nothing the artifacts do not hold
 
 
+def test_a_task_starts_from_bytecode_in_the_image_and_locally():
+    """The image compiles the artifacts' bytecode when it is built (a task would otherwise compile every
+    module it imports at each start); the local run's Fargate tasks keep theirs beside the artifacts."""
+    from layoutlab.local import artifact_runtime
+
+    text = (REPO_ROOT / "cdk" / "container" / "Dockerfile").read_text()
+    compiled = re.search(r"^RUN\s+python3\.12 -m compileall\s.*$", text, re.M)
+    assert compiled, "the image compiles no bytecode"
+    assert artifact_runtime.IMAGE_LAYER_PYTHON in compiled.group(0)
+    assert artifact_runtime.IMAGE_TASK_ROOT in compiled.group(0)
+    assert text.index(compiled.group(0)) > text.index("COPY layers/build/function")  # after what it compiles
+    env = artifact_runtime.Artifacts(Path("/build")).base_environment("fargate")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == "/build/runtime/pycache"
+
+
 def test_one_python_everywhere():
     """cdk/layoutlab_cdk/config.py names the runtime; the Makefile, the layer, pyproject and the image follow."""
     config = _load_config()

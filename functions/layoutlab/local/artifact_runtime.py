@@ -183,9 +183,10 @@ class Artifacts:
                 "AWS_EXECUTION_ENV": f"AWS_Lambda_python{version}",
             })
         else:
+            # (the image sets PYTHONDONTWRITEBYTECODE but holds its bytecode, compiled when it is built:
+            # here the cache beside the artifacts, filled by the first task, stands for it)
             env.update({
                 "PYTHONPATH": self.image_pythonpath(),
-                "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",
             })
         return env
