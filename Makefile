@@ -87,12 +87,15 @@ uv: $(TOOLS)/.installed
 # error that says to run `make lock`, never a silent new resolution). The editable install also
 # compiles repack's C code, functions/layoutlab/convert/_fastcopy.c, in place; and the package is
 # byte-compiled as a regular install does: without .pyc files every command would compile its
-# modules again at each start, ~15 ms for `layoutlab repack`. A .venv of another Python (an older
-# checkout's 3.11) is replaced.
+# modules again at each start, ~15 ms for `layoutlab repack`. So are the dependencies
+# (--compile-bytecode): uv installs none by default and PYTHONDONTWRITEBYTECODE=1 keeps Python
+# from caching them, so every `layoutlab repack` compiled numpy's and h5py's 97 modules from source
+# (cProfile: builtins.compile, 100 calls, the largest item of a small file's repack; issue 37).
+# A .venv of another Python (an older checkout's 3.11) is replaced.
 $(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): uv.lock pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python uv
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(RUNTIME_PYTHON))))'; then \
 	  echo "replacing $(VENV) ($$($(PY) -V)): the project runs on Python $(RUNTIME_PYTHON)"; rm -rf $(VENV); fi
-	$(UV) sync --locked --quiet --python $(PYTHON) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra))
+	$(UV) sync --locked --quiet --compile-bytecode --python $(PYTHON) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra))
 	$(PY) -m compileall -q functions/layoutlab
 	touch $@
 
