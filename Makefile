@@ -37,7 +37,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra test-invariants bench clean bench-repack \
-        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
+        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy bench-real
 
 help:
 	@echo "make demo   - set up .venv, build the deployment artifacts, run the local pipeline from them (no AWS account needed)"
@@ -182,6 +182,12 @@ destroy: venv cdk-cli artifacts
 # check); figures go to benchmarks/results/bench_repack.json and README.
 bench-repack: sysdeps venv
 	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
+
+# layoutlab repack on the shared corpus's real granules (../shared/corpus: products/*, ATL06, GPM) against
+# h5repack and h5repack + h5diff, one file and 20 copies in one run (issue 37); figures go to
+# benchmarks/results/bench_real-<date>.json and docs/benchmarks.md. BENCH_REAL_ARGS="--repeat 3 --only ATL06" for less.
+bench-real: sysdeps venv
+	$(PY) benchmarks/bench_real.py $(BENCH_REAL_ARGS)
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules
