@@ -60,18 +60,18 @@ def timed(command: str) -> dict:
     return {"wall": wall, "cpu": cpu, "exit": status.returncode, "stderr": status.stderr[-400:]}
 
 
-def pair(ours: str, reference: str, repeat: int, before=None) -> dict:
-    """``ours`` and ``reference`` in turn, ``repeat`` times each after one warm-up of each; medians and the
-    median of the pairwise ratios."""
+def pair(ours: str, reference: str, repeat: int, before=None, warmup: int = 1) -> dict:
+    """``ours`` and ``reference`` in turn, ``repeat`` times each after ``warmup`` uncounted runs of each; medians
+    and the median of the pairwise ratios."""
     runs = []
-    for index in range(repeat + 1):
+    for index in range(repeat + warmup):
         if before:
             before()
         a = timed(ours)
         if before:
             before()
         b = timed(reference)
-        if index:  # (the first pair warms the page cache and the interpreter's files)
+        if index >= warmup:  # (the first pair warms the page cache and the interpreter's files)
             runs.append((a, b))
     def median(side, key):
         return statistics.median(run[side][key] for run in runs)
@@ -97,7 +97,7 @@ def bench_one(path: Path, work: Path, repeat: int) -> dict:
     }
 
 
-def bench_many(path: Path, work: Path, copies: int, repeat: int) -> dict:
+def bench_many(path: Path, work: Path, copies: int, repeat: int, warmup: int) -> dict:
     """``copies`` copies of ``path`` in one folder: one layoutlab run against a shell loop of the reference."""
     folder = work / "many-in"
     shutil.rmtree(folder, ignore_errors=True)
@@ -118,9 +118,9 @@ def bench_many(path: Path, work: Path, copies: int, repeat: int) -> dict:
         "files": copies,
         "verified": pair(f"{lab} repack {shlex.quote(str(folder))} --out-dir {out} --page-size 8MiB",
                          f'{loop} && h5diff "$f" {shlex.quote(str(ref_dir))}/"$(basename "$f")" || exit 1; done',
-                         repeat, before=clear),
+                         repeat, before=clear, warmup=warmup),
         "no_verify": pair(f"{lab} repack {shlex.quote(str(folder))} --out-dir {out} --page-size 8MiB --no-verify",
-                          f"{loop} || exit 1; done", repeat, before=clear),
+                          f"{loop} || exit 1; done", repeat, before=clear, warmup=warmup),
     }
 
 
@@ -160,6 +160,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="pairs per one-file comparison (default 5)")
     parser.add_argument("--copies", type=int, default=20, help="copies of each product in the many-files run")
     parser.add_argument("--many-repeat", type=int, default=3, help="pairs per many-files comparison (0: none)")
+    parser.add_argument("--many-warmup", type=int, default=1, help="uncounted pairs before them (default 1)")
     parser.add_argument("--only", action="append", default=[], help="only products whose name contains this")
     parser.add_argument("--json", type=Path, default=None,
                         help="where to write (default benchmarks/results/bench_real-<date>.json)")
@@ -180,12 +181,12 @@ def main(argv=None) -> int:
             row = {"product": path.name, "path": str(path), "bytes": path.stat().st_size, **objects(path),
                    "one": bench_one(path, work, args.repeat)}
             if args.many_repeat:
-                row["many"] = bench_many(path, work, args.copies, args.many_repeat)
+                row["many"] = bench_many(path, work, args.copies, args.many_repeat, args.many_warmup)
             rows.append(row)
     record = {"started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "load_before_and_after": os.getloadavg(), "machine": platform.platform(), "cores": os.cpu_count(),
               "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-              "repeat": args.repeat, "copies": args.copies, "many_repeat": args.many_repeat, "products": rows}
+              "repeat": args.repeat, "copies": args.copies, "many_repeat": args.many_repeat, "many_warmup": args.many_warmup, "products": rows}
     out = args.json or REPO / "benchmarks" / "results" / f"bench_real-{started[:10]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
