@@ -174,6 +174,13 @@ def main(argv=None) -> int:
         return 2
     rows = []
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    out = args.json or REPO / "benchmarks" / "results" / f"bench_real-{started[:10]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"started": started, "finished": None, "load_at_start": os.getloadavg(), "load_at_end": None,
+              "machine": platform.platform(), "cores": os.cpu_count(),
+              "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+              "repeat": args.repeat, "copies": args.copies, "many_repeat": args.many_repeat,
+              "many_warmup": args.many_warmup, "products": rows}
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         for path in products:
             work = Path(tmp)
@@ -183,13 +190,10 @@ def main(argv=None) -> int:
             if args.many_repeat:
                 row["many"] = bench_many(path, work, args.copies, args.many_repeat, args.many_warmup)
             rows.append(row)
-    record = {"started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "load_before_and_after": os.getloadavg(), "machine": platform.platform(), "cores": os.cpu_count(),
-              "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-              "repeat": args.repeat, "copies": args.copies, "many_repeat": args.many_repeat, "many_warmup": args.many_warmup, "products": rows}
-    out = args.json or REPO / "benchmarks" / "results" / f"bench_real-{started[:10]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
+            # (written after each product: a long run stopped part-way keeps what it measured)
+            record.update(finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load_at_end=os.getloadavg())
+            out.write_text(json.dumps(record, indent=2) + "\n")
+            print(table(rows[-1:]).splitlines()[-3], file=sys.stderr, flush=True)
     print(table(rows))
     print(f"\nwritten {out}; load average at the end {os.getloadavg()[0]:.2f}")
     return 0
