@@ -37,7 +37,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra test-invariants bench clean bench-repack \
-        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy
+        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy bench-real
 
 help:
 	@echo "make demo   - set up .venv, build the deployment artifacts, run the local pipeline from them (no AWS account needed)"
@@ -87,12 +87,15 @@ uv: $(TOOLS)/.installed
 # error that says to run `make lock`, never a silent new resolution). The editable install also
 # compiles repack's C code, functions/layoutlab/convert/_fastcopy.c, in place; and the package is
 # byte-compiled as a regular install does: without .pyc files every command would compile its
-# modules again at each start, ~15 ms for `layoutlab repack`. A .venv of another Python (an older
-# checkout's 3.11) is replaced.
+# modules again at each start, ~15 ms for `layoutlab repack`. So are the dependencies
+# (--compile-bytecode): uv installs none by default and PYTHONDONTWRITEBYTECODE=1 keeps Python
+# from caching them, so every `layoutlab repack` compiled numpy's and h5py's 97 modules from source
+# (cProfile: builtins.compile, 100 calls, the largest item of a small file's repack; issue 37).
+# A .venv of another Python (an older checkout's 3.11) is replaced.
 $(VENV)/.installed-$(RUNTIME_PYTHON)-$(EXTRAS): uv.lock pyproject.toml $(wildcard functions/layoutlab/convert/*.c functions/layoutlab/convert/*.h) | python uv
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma),$(RUNTIME_PYTHON))))'; then \
 	  echo "replacing $(VENV) ($$($(PY) -V)): the project runs on Python $(RUNTIME_PYTHON)"; rm -rf $(VENV); fi
-	$(UV) sync --locked --quiet --python $(PYTHON) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra))
+	$(UV) sync --locked --quiet --compile-bytecode --python $(PYTHON) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra))
 	$(PY) -m compileall -q functions/layoutlab
 	touch $@
 
@@ -180,6 +183,12 @@ destroy: venv cdk-cli artifacts
 # check); figures go to benchmarks/results/bench_repack.json and README.
 bench-repack: sysdeps venv
 	$(PY) benchmarks/bench_repack.py --workdir /tmp/layoutlab-bench --repeat 3 --memory-check-gb 4
+
+# layoutlab repack on the shared corpus's real granules (../shared/corpus: products/*, ATL06, GPM) against
+# h5repack and h5repack + h5diff, one file and 20 copies in one run (issue 37); figures go to
+# benchmarks/results/bench_real-<date>.json and docs/benchmarks.md. BENCH_REAL_ARGS="--repeat 3 --only ATL06" for less.
+bench-real: sysdeps venv
+	$(PY) benchmarks/bench_real.py $(BENCH_REAL_ARGS)
 
 clean:
 	rm -rf $(VENV) cdk.out build *.egg-info functions/*.egg-info .pytest_cache demo-output layers/build node_modules

@@ -9,6 +9,8 @@ import sys
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "repack",
+        usage=("layoutlab repack IN OUT [options]\n"
+               "       layoutlab repack IN... --out-dir DIR [--jobs N] [options]"),
         help="rewrite an HDF5 / NetCDF-4 file with paged aggregation (like h5repack -S PAGE -G N, and more)",
         description=(
             "Repack IN into OUT for cloud access: PAGE file-space strategy with the page size given and "
@@ -22,6 +24,7 @@ def register(subparsers) -> None:
         epilog=(
             "examples:\n"
             "  layoutlab repack atl03.h5 atl03-paged.h5                      # 8 MiB pages\n"
+            "  layoutlab repack granules/ 'more/*.h5' one.nc --out-dir paged/   # many files, one run\n"
             "  layoutlab repack atl03.h5 atl03-paged.h5 --page-size auto     # the largest page within 5 %\n"
             "  layoutlab repack geos.nc geos-4m.nc --page-size 4MiB --verify\n"
             "  layoutlab repack atl03.h5 out.h5 --target-chunk-bytes 400KB   # 10,000 -> 100,000 photons (f4)\n"
@@ -33,6 +36,12 @@ def register(subparsers) -> None:
             "with IN before it is renamed into place unless --no-verify.\n"
             "--verify also decodes every stored chunk of IN on the other core while OUT is written: a\n"
             "damaged compressed chunk is named (dataset and chunk) and nothing is written.\n"
+            "\n"
+            "many files: with --out-dir, every IN (a file, a directory: the files directly in it, or a\n"
+            "quoted glob pattern) is copied to DIR/its name, up to --jobs at once (default: the cores),\n"
+            "in one process that starts once; each file in its own guarded child, as a single repack.\n"
+            "One line per file (ok / skipped / FAILED and why) in the order given, then a summary line.\n"
+            "A file that fails does not stop the others; the exit status is 1 if any failed, else 0.\n"
             "\n"
             "page size auto: a paged file grows (the last pages of metadata and raw data are mostly\n"
             "empty; chunks of about a page or more are rounded up to whole pages): an 8 MiB page adds\n"
@@ -46,8 +55,13 @@ def register(subparsers) -> None:
             "optimized ICESat-2 products is 5 % (their files grow ~1 %).\n"
         ),
     )
-    parser.add_argument("input", metavar="IN", help="HDF5 or NetCDF-4 file to read (never modified)")
-    parser.add_argument("output", metavar="OUT", help="file to write")
+    parser.add_argument("paths", nargs="+", metavar="IN",
+                        help="HDF5 or NetCDF-4 file to read (never modified), then OUT, the file to write; with "
+                             "--out-dir, one or more inputs: files, directories, glob patterns")
+    parser.add_argument("--out-dir", metavar="DIR", default=None,
+                        help="write each input's copy to DIR/its file name (created if missing): many files, one run")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="with --out-dir: files repacked at once (default: the cores this process may use)")
     parser.add_argument("--page-size", default="8MiB",
                         help="file-space page size (default: %(default)s; e.g. 4MiB), or auto: the largest page "
                              "within --size-budget, chosen from the file (see below)")
@@ -78,21 +92,82 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    # (not repack_hdf5 yet: h5py and numpy cost ~0.15 s, paid only once the options and the input are checked)
+    from layoutlab.errors import UserError
+
+    if args.out_dir is not None:
+        return run_many(args)
+    if args.jobs is not None:
+        raise UserError("--jobs: only with --out-dir (many files)")
+    if len(args.paths) != 2:
+        raise UserError(f"expected IN OUT (got {len(args.paths)} path(s)); for many files give --out-dir DIR")
+    args.input, args.output = args.paths
+    return run_one(args)
+
+
+def _checked_options(args):
+    """(page size or None for auto, target chunk bytes, chunks, budget) from the options; ``UserError`` naming
+    the wrong one."""
     from layoutlab.convert.page_budget import DEFAULT_BUDGET, is_auto, parse_budget
     from layoutlab.convert.repack_common import parse_chunk_spec, parse_size
-    from layoutlab.convert.repack import repack
     from layoutlab.errors import UserError
-    from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
 
     try:
-        auto = is_auto(args.page_size)
-        page_size = None if auto else parse_size(args.page_size, "--page-size")
+        page_size = None if is_auto(args.page_size) else parse_size(args.page_size, "--page-size")
         target = parse_size(args.target_chunk_bytes, "--target-chunk-bytes") if args.target_chunk_bytes else None
         chunks = dict(parse_chunk_spec(spec) for spec in args.chunks)
         budget = parse_budget(args.size_budget if args.size_budget is not None else DEFAULT_BUDGET, "--size-budget")
     except ValueError as error:
         raise UserError(str(error)) from None
+    return page_size, target, chunks, budget
+
+
+def run_many(args) -> int:
+    """``IN... --out-dir DIR``: one line per file in the order given, a summary line; 1 if any file failed."""
+    import time
+    from pathlib import Path
+
+    from layoutlab.convert.repack_many import default_workers, expand_inputs, output_paths, repack_many
+    from layoutlab.errors import UserError
+
+    page_size, target, chunks, budget = _checked_options(args)
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: must be at least 1")
+    out_dir = Path(args.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: --out-dir exists and is not a directory")
+    inputs = expand_inputs(args.paths)
+    if not inputs:
+        raise UserError(f"{' '.join(args.paths)}: no input file found")
+    outputs = output_paths(inputs, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workers = min(args.jobs or default_workers(), len(inputs))
+    options = dict(target_chunk_bytes=target, chunks=chunks, verify=args.verify)
+    started = time.perf_counter()
+    report = None if args.json else (lambda result: print(result.line(), flush=True))
+    results = repack_many(inputs, outputs, page_size, budget, options, workers, report=report)
+    failed = sum(r.failed for r in results)
+    skipped = sum(r.skipped is not None for r in results)
+    seconds = time.perf_counter() - started
+    if args.json:
+        import json
+
+        print(json.dumps({"files": [r.record() for r in results], "written": len(results) - failed - skipped,
+                          "skipped": skipped, "failed": failed, "seconds": round(seconds, 3), "jobs": workers},
+                         indent=2))
+    else:
+        check = "verified" if args.verify else "not verified: --no-verify"
+        print(f"repacked {len(results) - failed - skipped} of {len(results)} files into {out_dir} ({check}); "
+              f"{skipped} skipped, {failed} failed; {seconds:.2f} s with {workers} jobs")
+    return 1 if failed else 0
+
+
+def run_one(args) -> int:
+    # (not repack_hdf5 yet: h5py and numpy cost ~0.15 s, paid only once the options and the input are checked)
+    from layoutlab.convert.repack import repack
+    from layoutlab.guard import run_guarded  # a damaged file that makes libhdf5 spin or crash: a clean error
+
+    page_size, target, chunks, budget = _checked_options(args)
+    auto = page_size is None
     from pathlib import Path
 
     from layoutlab.convert.repack_common import check_signature, partial_output_remover
