@@ -18,6 +18,17 @@ from layoutlab import settings
 from layoutlab.convert.virtual import _attrs, icechunk_storage
 
 
+def _xarray_attrs(obj) -> dict:
+    """The attributes, _FillValue encoded as xarray writes it to Zarr v3 (a number's FillValueCoder form): else
+    ``xr.open_zarr`` of the repository refuses the variable (xarray decodes only its own _FillValue form)."""
+    from layoutlab.convert.rechunk_zarr import CORE_KINDS, _json_attrs
+
+    attrs = _attrs(obj)
+    if "_FillValue" in attrs and obj.dtype.kind in CORE_KINDS:
+        attrs.update(_json_attrs({"_FillValue": obj.attrs["_FillValue"]}, obj.dtype))
+    return attrs
+
+
 def _dimension_names(dataset) -> list[str] | None:
     try:
         names = []
@@ -111,7 +122,7 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             chunk_shape, shard_shape, dims = _layout(obj, chunks, shards)
             fill = obj.fillvalue if obj.dtype.kind in "biuf" else None
             array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
-                                      shards=shard_shape, fill_value=fill, attributes=_attrs(obj),
+                                      shards=shard_shape, fill_value=fill, attributes=_xarray_attrs(obj),
                                       dimension_names=dims)
             try:
                 with within(obj):  # (a chunk that inflates past its declared size is refused, not held)
