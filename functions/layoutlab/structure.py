@@ -527,20 +527,45 @@ def _at_one_place(f, arrays: dict, coords: dict) -> bool:
 
 
 @contextmanager
-def open_location(location: str):
+def open_location(location: str, counter=None):
     """The h5py file at ``location`` (a path, or an s3:// URL read through s3fs in 4 MiB blocks), opened as
-    every reader of an uploaded file opens it (``hdf5_input.open_input``: no external links)."""
+    every reader of an uploaded file opens it (``hdf5_input.open_input``: no external links). ``counter`` (a
+    ``bench.accounting.RequestCounter``) counts every S3 request made through it."""
+    with open_location_stream(location, counter) as (f, _read):
+        yield f
+
+
+@contextmanager
+def open_location_stream(location: str, counter=None):
+    """``(h5py file, read)`` where ``read(offset, size)`` reads bytes of the same file through the same stream
+    (and its 4 MiB block cache): a second parser of the file (h5coro's probe) re-reads no block h5py read."""
+    import threading
+
     from layoutlab.hdf5_input import open_input
     from layoutlab.storage import is_s3_url, s3fs_filesystem
 
+    lock = threading.Lock()
+
+    def reader(stream):
+        def read(offset: int, size: int) -> bytes:
+            with lock:  # (h5py seeks before each read it makes: the stream's position is nobody's state)
+                stream.seek(offset)
+                return stream.read(size)
+        return read
+
     if is_s3_url(location):
-        fs = s3fs_filesystem(for_url=location)
+        if counter is not None:
+            from layoutlab.bench.accounting import aiobotocore_session
+
+            fs = s3fs_filesystem(for_url=location, skip_instance_cache=True, session=aiobotocore_session(counter))
+        else:
+            fs = s3fs_filesystem(for_url=location)
         with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
             with open_input(stream, location) as f:
-                yield f
+                yield f, reader(stream)
     else:
-        with open_input(location) as f:
-            yield f
+        with open_input(location) as f, open(location, "rb") as stream:
+            yield f, reader(stream)
 
 
 def file_structure(location: str) -> Structure:

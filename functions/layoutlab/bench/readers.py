@@ -851,6 +851,50 @@ class H5coroReader(Reader):
         return H5coroHandle("hdf5", h5obj, settings, [h5obj.close])
 
 
+# h5coro's readSuperblock reads superblock versions 0 and 2 only; HDF5 writes a file with file-space paging (every
+# paged variant) with superblock version 3 (tests/integration/test_bench_scripts_smoke.py sees h5coro refuse it)
+H5CORO_PAGED_REFUSAL = ("h5coro reads HDF5 superblock versions 0 and 2 only; a paged copy is written with superblock "
+                        "version 3 (HDF5's file-space paging)")
+
+
+def h5coro_refusal(read, datasets) -> str | None:
+    """Why h5coro cannot open this file or the metadata of one of ``datasets`` (paths), from h5coro itself
+    parsing them through ``read(offset, size)`` (the plan step's own stream: no block re-read); None when it
+    reads them all. One line, h5coro's own words."""
+    from h5coro import h5coro as core
+    from h5coro.h5dataset import H5Dataset
+
+    class StreamDriver:
+        """h5coro's driver interface (read, copy, close) over the stream the plan step reads the file through."""
+
+        def __init__(self, resource, credentials):
+            pass
+
+        def read(self, pos, size):
+            return read(pos, size)
+
+        def copy(self, max_connections=None):
+            return self
+
+        def close(self):
+            pass
+
+    path = "(the file)"
+    try:
+        h5 = core.H5Coro("upload", StreamDriver, errorChecking=True)
+        try:
+            for path in datasets:
+                meta = H5Dataset(h5, path.strip("/"), earlyExit=False, metaOnly=True, enableAttributes=False).meta
+                if meta is None or meta.type is None:
+                    return f"h5coro finds no dataset at {path}"
+        finally:
+            h5.close()
+    except Exception as error:  # h5coro raises its FatalError (a RuntimeError), struct errors... on what it cannot parse
+        text = str(error).splitlines()[0] if str(error) else ""
+        return f"h5coro cannot read {path}: {type(error).__name__}: {text}"[:300]
+    return None
+
+
 def _dist_version(name: str) -> str | None:
     from importlib import metadata
 
