@@ -881,7 +881,9 @@ def h5coro_refusal(read, datasets) -> str | None:
 
     path = "(the file)"
     try:
-        h5 = core.H5Coro("upload", StreamDriver, errorChecking=True)
+        # cache lines = the stream's blocks: h5coro's reads fall on the blocks h5py read (no block fetched twice)
+        line = int(getattr(read, "block_size", 0) or core.CACHE_LINE_SIZE_DEFAULT)
+        h5 = core.H5Coro("upload", StreamDriver, cacheLineSize=line, errorChecking=True)
         try:
             for path in datasets:
                 meta = H5Dataset(h5, path.strip("/"), earlyExit=False, metaOnly=True, enableAttributes=False).meta

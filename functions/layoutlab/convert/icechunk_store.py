@@ -44,7 +44,14 @@ def _dimension_names(dataset) -> list[str] | None:
 def _layout(obj, chunks: dict, shards: dict | None):
     """(chunk shape, shard shape, dimension names) the variant stores the dataset ``obj`` in."""
     dims = _dimension_names(obj)
-    if obj.ndim == 3 and dims is not None and len(chunks) == 3:  # the grid: rechunked as the plan says
+    if dims is None and obj.ndim:  # no dimension scales: named by length (xr.open_zarr needs every array's names,
+        # and one name has one length in a group)
+        return _layout_of(obj, chunks, shards, [f"dim_{n}" for n in obj.shape], scaled=False)
+    return _layout_of(obj, chunks, shards, dims, scaled=dims is not None)
+
+
+def _layout_of(obj, chunks: dict, shards: dict | None, dims, scaled: bool):
+    if obj.ndim == 3 and scaled and len(chunks) == 3:  # the grid: rechunked as the plan says
         chunk_shape = tuple(min(int(c), n) for c, n in zip(chunks.values(), obj.shape))
         return chunk_shape, (tuple(int(s) for s in shards.values()) if shards else None), dims
     return (obj.shape or None), None, dims
