@@ -879,6 +879,12 @@ def h5coro_refusal(read, datasets) -> str | None:
         def close(self):
             pass
 
+    import logging
+
+    from h5coro.logger import log
+
+    quiet = log.level
+    log.setLevel(logging.ERROR)  # (its warnings on attributes it skips, e.g. DIMENSION_LIST: not the plan's business)
     path = "(the file)"
     try:
         # cache lines = the stream's blocks: h5coro's reads fall on the blocks h5py read (no block fetched twice)
@@ -894,6 +900,8 @@ def h5coro_refusal(read, datasets) -> str | None:
     except Exception as error:  # h5coro raises its FatalError (a RuntimeError), struct errors... on what it cannot parse
         text = str(error).splitlines()[0] if str(error) else ""
         return f"h5coro cannot read {path}: {type(error).__name__}: {text}"[:300]
+    finally:
+        log.setLevel(quiet)
     return None
 
 
