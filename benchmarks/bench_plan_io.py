@@ -32,7 +32,7 @@ def measure(path: Path, plan_name: str = "default") -> dict:
     from layoutlab.pipeline import plan as plans
     from layoutlab.pipeline import planning
 
-    cloud = start_local_cloud(objects_on_disk_over=256 * 2**20)
+    cloud = start_local_cloud(objects_on_disk_over=256 * 2**20, timeout=300)  # (a loaded machine starts it slowly)
     try:
         for key, value in cloud.env().items():
             os.environ[key] = value
