@@ -526,21 +526,66 @@ def _at_one_place(f, arrays: dict, coords: dict) -> bool:
     return bool(coords.get("Y") or arrays[coords["T"]].dims[0].rpartition("/")[2] == "time")
 
 
+# The s3fs blocks the plan step reads an upload in (metadata and small coordinates; docs/pipeline-and-plans.md,
+# "The plan step's reads"): a file of up to SMALL_FILE_BYTES in 4 MiB blocks (its metadata is everywhere in it:
+# read whole in a few requests), a larger one in 256 KiB blocks (a 4 MiB block holding a few KiB of object
+# headers moves megabytes for nothing: the 0.93 GB ATL03-like sample's plan read 71.3 MB in 17 GETs with
+# 4 MiB blocks, 5.5 MB in 21 with 256 KiB).
+SMALL_FILE_BLOCK = 4 * 2**20
+LARGE_FILE_BLOCK = 256 * 2**10
+SMALL_FILE_BYTES = 64 * 2**20
+
+
+def plan_block_size(file_bytes: int) -> int:
+    return SMALL_FILE_BLOCK if file_bytes <= SMALL_FILE_BYTES else LARGE_FILE_BLOCK
+
+
 @contextmanager
-def open_location(location: str):
+def open_location(location: str, counter=None):
     """The h5py file at ``location`` (a path, or an s3:// URL read through s3fs in 4 MiB blocks), opened as
-    every reader of an uploaded file opens it (``hdf5_input.open_input``: no external links)."""
+    every reader of an uploaded file opens it (``hdf5_input.open_input``: no external links). ``counter`` (a
+    ``bench.accounting.RequestCounter``) counts every S3 request made through it."""
+    with open_location_stream(location, counter) as (f, _read):
+        yield f
+
+
+@contextmanager
+def open_location_stream(location: str, counter=None):
+    """``(h5py file, read)`` where ``read(offset, size)`` reads bytes of the same file through the same stream
+    (and its 4 MiB block cache): a second parser of the file (h5coro's probe) re-reads no block h5py read."""
+    import threading
+
     from layoutlab.hdf5_input import open_input
     from layoutlab.storage import is_s3_url, s3fs_filesystem
 
+    lock = threading.Lock()
+
+    def reader(stream, block_size: int):
+        def read(offset: int, size: int) -> bytes:
+            with lock:  # (h5py seeks before each read it makes: the stream's position is nobody's state)
+                stream.seek(offset)
+                return stream.read(size)
+        read.block_size = block_size  # (a second parser reading in this unit reads the same blocks)
+        return read
+
     if is_s3_url(location):
-        fs = s3fs_filesystem(for_url=location)
-        with fs.open(location, "rb", block_size=4 * 2**20, cache_type="blockcache") as stream:
+        if counter is not None:
+            from layoutlab.bench.accounting import aiobotocore_session
+
+            fs = s3fs_filesystem(for_url=location, skip_instance_cache=True, session=aiobotocore_session(counter))
+        else:
+            fs = s3fs_filesystem(for_url=location)
+        with fs.open(location, "rb", block_size=LARGE_FILE_BLOCK, cache_type="blockcache") as stream:
+            if plan_block_size(stream.size) != stream.blocksize:  # (its size is known once open: one HEAD)
+                from fsspec.caching import BlockCache
+
+                stream.blocksize = plan_block_size(stream.size)
+                stream.cache = BlockCache(stream.blocksize, stream._fetch_range, stream.size)
             with open_input(stream, location) as f:
-                yield f
+                yield f, reader(stream, stream.blocksize)
     else:
-        with open_input(location) as f:
-            yield f
+        with open_input(location) as f, open(location, "rb") as stream:
+            yield f, reader(stream, SMALL_FILE_BLOCK)
 
 
 def file_structure(location: str) -> Structure:

@@ -15,7 +15,7 @@ from layoutlab.pipeline.payloads import ExecutionInput
 
 
 def test_a_metadata_read_that_spins_is_stopped_and_names_the_upload(monkeypatch):
-    def spin(location, plan=None):  # what libhdf5 does on the fuzzer's zeroed-heap file: busy, no I/O
+    def spin(location, plan=None, counter=None):  # what libhdf5 does on the fuzzer's zeroed-heap file: busy, no I/O
         while True:
             pass
 
@@ -36,7 +36,7 @@ def test_the_plan_step_refuses_a_case_reading_terabytes_before_recording_or_conv
     from layoutlab.pipeline.plan import DatasetFacts, PlanError
 
     huge = DatasetFacts(kind="grid", grid_shape=(100_000, 1_000, 10_000), variable="T")
-    monkeypatch.setattr(planning, "dataset_facts", lambda location, plan=None: huge)
+    monkeypatch.setattr(planning, "dataset_facts", lambda location, plan=None, counter=None: huge)
     execution = {"dataset_id": "d1", "source": {"bucket": "ingest", "key": "incoming/declared.nc", "version_id": "v1",
                                                 "size": 24_000},
                  "plan": {"name": "big", "variants": [{"kind": "original"}], "patterns": ["full-read-throughput"]}}

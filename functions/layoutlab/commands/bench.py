@@ -29,8 +29,8 @@ PLAN.json: {"cases": [{"target": ..., "pattern": ..., "reader": ..., "params": {
 patterns: timeseries-point, map-timestep, timeseries-region-mean, map-time-mean,
   granule-open-list, beam-read, beam-subset, full-read-throughput, slab-read
 readers: h5py-s3fs-default, h5py-s3fs-aligned, h5py-ros3, xarray-h5netcdf, h5coro
-  (HDF5 / NetCDF-4); zarr-obstore, zarr-obstore-nocoalesce, zarr-fsspec (Zarr);
-  kerchunk-fsspec (kerchunk references); icechunk (Icechunk repositories).
+  (HDF5 / NetCDF-4); zarr-obstore, zarr-obstore-nocoalesce, zarr-fsspec, xarray-zarr (Zarr);
+  kerchunk-fsspec (kerchunk references); icechunk, xarray-icechunk (Icechunk repositories).
   Each is described in docs/bench-and-readers.md.
 """
 

@@ -62,7 +62,11 @@ def dry_run(location: str, plan: dict) -> dict:
 
     from layoutlab.ceilings import Ceilings
 
-    facts = plans.fit_family_cases(dataset_facts(location, plan), Ceilings())  # (this environment's defaults)
+    from layoutlab.bench.accounting import RequestCounter
+    from layoutlab.storage import is_s3_url
+
+    counter = RequestCounter()
+    facts = plans.fit_family_cases(dataset_facts(location, plan, counter), Ceilings())  # (this environment's defaults)
     if facts.kind == "other":
         from layoutlab.errors import BadInputFile
 
@@ -88,6 +92,10 @@ def dry_run(location: str, plan: dict) -> dict:
                              "published comparison for this shape")})
     return {"file": location, "kind": facts.kind, "role": facts.role or facts.kind, "plan": plan.get("name"),
             "variants": [s["name"] for s in specs], "patterns": patterns, "skipped": list(facts.family_skipped),
+            "readers_not_planned": plans.not_planned_list(plan, facts, specs),
+            # the S3 requests and bytes the plan step's reading took (an s3:// location; a path reads no S3)
+            **({"plan_io": {"requests": counter.snapshot()["requests"],
+                            "bytes": counter.snapshot()["bytes_transferred"]}} if is_s3_url(location) else {}),
             "cases": out_cases}
 
 
@@ -109,6 +117,12 @@ def run(args) -> int:
         print("not planned:")
         for line in result["skipped"]:
             print(f"  {line}")
+    if result["readers_not_planned"]:
+        print("readers not planned:")
+        for entry in result["readers_not_planned"]:
+            print(f"  {entry['reader']} on {entry['variant']}: {entry['why']}")
+    if "plan_io" in result:
+        print(f"plan step read {result['plan_io']['requests']} requests, {result['plan_io']['bytes']:,} bytes")
     print("variants: " + ", ".join(result["variants"]))
     by = Counter((c["variant"], c["reader"], c["platform"]) for c in result["cases"])
     print("cases by variant, reader, platform:")

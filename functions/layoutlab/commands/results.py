@@ -184,6 +184,20 @@ def run(args) -> int:
     return 0
 
 
+def run_lines(item: dict) -> list[str]:
+    """Under a RUN item: what the plan step read of the upload (``plan_io``) and the readers it did not plan."""
+    lines = []
+    io_ = item.get("plan_io") or {}
+    if io_:
+        share = (f" ({int(io_['bytes']) / int(io_['file_bytes']):.2%} of the file's {int(io_['file_bytes']):,})"
+                 if io_.get("file_bytes") else "")
+        lines.append(f"{item.get('dataset')}: the plan step read {int(io_['requests'])} requests, "
+                     f"{int(io_['bytes']):,} bytes{share}")
+    for entry in item.get("readers_not_planned") or []:
+        lines.append(f"  {entry['reader']} not planned on {entry['variant']}: {entry['why']}")
+    return lines
+
+
 def _print_recipes(items: list[dict], fmt: str) -> None:
     """Under the table of SUMMARY items: each dataset's recommendation, the recipe to paste, and the size
     budget, costs and seeds' effect the summary holds (older summaries without them print what they have)."""
@@ -192,6 +206,10 @@ def _print_recipes(items: list[dict], fmt: str) -> None:
     from layoutlab.report.tables import decision_lines
 
     for item in items:
+        if item.get("kind") == "RUN":
+            lines = run_lines(item)
+            if lines:
+                sys.stdout.write("\n" + "\n".join(lines) + "\n")
         if item.get("kind") == "PRODUCT" and (item.get("decision") or {}).get("variant"):
             decision = item["decision"]
             sys.stdout.write(f"\n{item['product']}: keep {decision['variant']} ({decision.get('why') or ''})\n")

@@ -18,6 +18,17 @@ from layoutlab import settings
 from layoutlab.convert.virtual import _attrs, icechunk_storage
 
 
+def _xarray_attrs(obj) -> dict:
+    """The attributes, _FillValue encoded as xarray writes it to Zarr v3 (a number's FillValueCoder form): else
+    ``xr.open_zarr`` of the repository refuses the variable (xarray decodes only its own _FillValue form)."""
+    from layoutlab.convert.rechunk_zarr import CORE_KINDS, _json_attrs
+
+    attrs = _attrs(obj)
+    if "_FillValue" in attrs and obj.dtype.kind in CORE_KINDS:
+        attrs.update(_json_attrs({"_FillValue": obj.attrs["_FillValue"]}, obj.dtype))
+    return attrs
+
+
 def _dimension_names(dataset) -> list[str] | None:
     try:
         names = []
@@ -33,7 +44,14 @@ def _dimension_names(dataset) -> list[str] | None:
 def _layout(obj, chunks: dict, shards: dict | None):
     """(chunk shape, shard shape, dimension names) the variant stores the dataset ``obj`` in."""
     dims = _dimension_names(obj)
-    if obj.ndim == 3 and dims is not None and len(chunks) == 3:  # the grid: rechunked as the plan says
+    if dims is None and obj.ndim:  # no dimension scales: named by length (xr.open_zarr needs every array's names,
+        # and one name has one length in a group)
+        return _layout_of(obj, chunks, shards, [f"dim_{n}" for n in obj.shape], scaled=False)
+    return _layout_of(obj, chunks, shards, dims, scaled=dims is not None)
+
+
+def _layout_of(obj, chunks: dict, shards: dict | None, dims, scaled: bool):
+    if obj.ndim == 3 and scaled and len(chunks) == 3:  # the grid: rechunked as the plan says
         chunk_shape = tuple(min(int(c), n) for c, n in zip(chunks.values(), obj.shape))
         return chunk_shape, (tuple(int(s) for s in shards.values()) if shards else None), dims
     return (obj.shape or None), None, dims
@@ -111,7 +129,7 @@ def write_icechunk_native(local_path: str, target_url: str, chunks: dict, shards
             chunk_shape, shard_shape, dims = _layout(obj, chunks, shards)
             fill = obj.fillvalue if obj.dtype.kind in "biuf" else None
             array = root.create_array(name, shape=obj.shape, dtype=obj.dtype, chunks=chunk_shape,
-                                      shards=shard_shape, fill_value=fill, attributes=_attrs(obj),
+                                      shards=shard_shape, fill_value=fill, attributes=_xarray_attrs(obj),
                                       dimension_names=dims)
             try:
                 with within(obj):  # (a chunk that inflates past its declared size is refused, not held)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from layoutlab.errors import BadInputFile
 from layoutlab.pipeline.plan import DatasetFacts
-from layoutlab.structure import open_location
+from layoutlab.structure import open_location_stream
 
 BEAM_NAMES = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
 
-# (the one way the plan step opens an upload: structure.open_location)
-_open = open_location
+# (the one way the plan step opens an upload: structure.open_location_stream)
+_open = open_location_stream
 
 
 def _dimension_names(dataset) -> tuple[str, ...]:
@@ -48,44 +48,77 @@ def _presets_fit(f, dataset) -> bool:
                 and lon_values.min() <= min(point["lon"], box["lon_min"]) and lon_values.max() >= max(point["lon"], box["lon_max"]))
 
 
-def dataset_facts(location: str, plan: dict | None = None) -> DatasetFacts:
+def dataset_facts(location: str, plan: dict | None = None, counter=None) -> DatasetFacts:
     """The facts of the file at ``location``; for any other file than the presets' shapes, the family cases
-    ``plan`` asks for (``families``: patterns, variables, roles; the default plan's when None)."""
+    ``plan`` asks for (``families``: patterns, variables, roles; the default plan's when None). When the plan
+    reads HDF5 with h5coro, whether h5coro reads what its cases read (``reader_refusals``). ``counter`` (a
+    ``bench.accounting.RequestCounter``) counts the S3 requests and bytes of it all (the plan step's ``plan_io``)."""
+    import dataclasses
+
+    try:
+        with _open(location, counter) as (f, read):
+            facts = _facts(f, location, plan)
+            refusal = _h5coro_refusal(f, read, facts, plan)
+            return dataclasses.replace(facts, reader_refusals=(("h5coro", refusal),)) if refusal else facts
+    except OSError as error:
+        raise BadInputFile(location, f"cannot be read as HDF5: {str(error).splitlines()[0]}") from None
+
+
+def _h5coro_refusal(f, read, facts: DatasetFacts, plan: dict | None) -> str | None:
+    """Why h5coro cannot read the datasets this file's cases read (None: it can, or the plan reads no HDF5
+    with h5coro): h5coro parses their metadata through the plan step's own stream."""
+    import h5py
+
+    from layoutlab.bench.readers import h5coro_refusal
+    from layoutlab.pipeline import plan as plans
+
+    if "h5coro" not in plans._for_kind((plan or plans.default_plan()).get("readers", {}), "hdf5"):
+        return None
+    if facts.kind == "granule":
+        beam = facts.beams[0]
+        paths = [f"{beam}/heights/h_ph", f"{beam}/heights/lat_ph"]
+    elif facts.kind == "grid":
+        paths = [facts.variable, "lat", "lon"]
+    else:
+        named = [c.get("variable") for c in facts.family_cases]
+        named += [v for c in facts.family_cases for v in (c.get("params") or {}).values() if isinstance(v, str)]
+        paths = list(dict.fromkeys(p for p in named if p))
+    paths = [p for p in paths if isinstance(f.get(p), h5py.Dataset)]
+    return h5coro_refusal(read, paths)
+
+
+def _facts(f, location: str, plan: dict | None) -> DatasetFacts:
     import h5py
 
     from layoutlab.hdf5_input import data_outside_file
 
-    try:
-        with _open(location) as f:
-            beams = [b for b in BEAM_NAMES if f.get(f"{b}/heights/h_ph") is not None]
-            if beams:
-                # the largest beam's declared sizes: what one case may read (pipeline/case_reads.py)
-                heights = [d for d in (f.get(f"{b}/heights/h_ph") for b in beams) if isinstance(d, h5py.Dataset)]
-                lats = [d for d in (f.get(f"{b}/heights/lat_ph") for b in beams) if isinstance(d, h5py.Dataset)]
-                largest = max(heights, key=lambda d: d.nbytes, default=None)
-                return DatasetFacts(kind="granule", beams=tuple(beams),
-                                    beam_elements=int(largest.size) if largest is not None else 0,
-                                    beam_bytes=int(largest.nbytes) if largest is not None else 0,
-                                    beam_lat_bytes=max((int(d.nbytes) for d in lats), default=0))
-            candidates = []
+    beams = [b for b in BEAM_NAMES if f.get(f"{b}/heights/h_ph") is not None]
+    if beams:
+        # the largest beam's declared sizes: what one case may read (pipeline/case_reads.py)
+        heights = [d for d in (f.get(f"{b}/heights/h_ph") for b in beams) if isinstance(d, h5py.Dataset)]
+        lats = [d for d in (f.get(f"{b}/heights/lat_ph") for b in beams) if isinstance(d, h5py.Dataset)]
+        largest = max(heights, key=lambda d: d.nbytes, default=None)
+        return DatasetFacts(kind="granule", beams=tuple(beams),
+                            beam_elements=int(largest.size) if largest is not None else 0,
+                            beam_bytes=int(largest.nbytes) if largest is not None else 0,
+                            beam_lat_bytes=max((int(d.nbytes) for d in lats), default=0))
+    candidates = []
 
-            def visit(name, obj):
-                # (a variable whose values live outside the file is never the one measured: never read)
-                if isinstance(obj, h5py.Dataset) and obj.ndim == 3 and obj.dtype.kind == "f" \
-                        and data_outside_file(obj) is None:
-                    candidates.append((obj.size, name, obj))
+    def visit(name, obj):
+        # (a variable whose values live outside the file is never the one measured: never read)
+        if isinstance(obj, h5py.Dataset) and obj.ndim == 3 and obj.dtype.kind == "f" \
+                and data_outside_file(obj) is None:
+            candidates.append((obj.size, name, obj))
 
-            f.visititems(visit)
-            if candidates:
-                _, name, dataset = max(candidates, key=lambda c: c[0])
-                grid = dict(grid_shape=tuple(int(n) for n in dataset.shape), dims=_dimension_names(dataset),
-                            itemsize=dataset.dtype.itemsize, variable=name)
-                if _presets_fit(f, dataset):
-                    return DatasetFacts(kind="grid", **grid)
-                return structure_facts(f, location, plan, grid)
-            return structure_facts(f, location, plan)
-    except OSError as error:
-        raise BadInputFile(location, f"cannot be read as HDF5: {str(error).splitlines()[0]}") from None
+    f.visititems(visit)
+    if candidates:
+        _, name, dataset = max(candidates, key=lambda c: c[0])
+        grid = dict(grid_shape=tuple(int(n) for n in dataset.shape), dims=_dimension_names(dataset),
+                    itemsize=dataset.dtype.itemsize, variable=name)
+        if _presets_fit(f, dataset):
+            return DatasetFacts(kind="grid", **grid)
+        return structure_facts(f, location, plan, grid)
+    return structure_facts(f, location, plan)
 
 
 def structure_facts(f, location: str, plan: dict | None = None, grid: dict | None = None) -> DatasetFacts:

@@ -329,6 +329,9 @@ class DatasetFacts:
     record_length: int = 0
     record_bytes: int = 0
     record_arrays: tuple = ()
+    # ((reader, why), ...): a reader that cannot read the uploaded file's cases (h5coro's own probe, facts.py);
+    # its cases are not planned on the original and the run lists why (never a failed case)
+    reader_refusals: tuple = ()
 
     def pattern_params(self) -> dict:
         """Parameters every pattern of this dataset needs (which variable, which beam)."""
@@ -421,10 +424,11 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
             readers = _for_kind(plan["readers"], variant["format"])
             known = READERS_BY_FORMAT.get(variant["format"], ())
             options = kinds.get(variant["kind"]).reader_options(variant) or None
+            refused = {r for r, _why in readers_not_planned(facts, variant)}
             for pattern, family, family_params in planned:
                 params = family_params if family_params is not None else {
                     **_known_params(pattern, facts.pattern_params()), **plan.get("pattern_params", {}).get(pattern, {})}
-                for reader in (r for r in readers if r in known):
+                for reader in (r for r in readers if r in known and r not in refused):
                     for platform in plan["platforms"]:
                         kind = "fargate" if platform.startswith(("fargate", "local-fargate")) else "lambda"
                         cases.append(BenchCase(
@@ -437,6 +441,29 @@ def expand_cases(plan: dict, facts: DatasetFacts, dataset_id: str, variants: lis
                         ).to_event())
         cases += _scaling_cases(plan, facts, dataset_id, variants, repetition)
     return cases
+
+
+def readers_not_planned(facts: DatasetFacts, variant: dict) -> list[tuple[str, str]]:
+    """[(reader, why)] of the readers that cannot read ``variant`` of this file: h5coro on a paged copy (superblock
+    version 3), or on a file whose cases' datasets h5coro did not parse in the plan step (``facts.reader_refusals``:
+    the original, and the references' source is read by their own reader). Not planned, never a failed case."""
+    from layoutlab.bench.readers import H5CORO_PAGED_REFUSAL
+
+    if variant.get("format") != "hdf5":
+        return []
+    if kinds.get(variant["kind"]).paged:
+        return [("h5coro", H5CORO_PAGED_REFUSAL)]
+    return [(reader, why) for reader, why in facts.reader_refusals]
+
+
+def not_planned_list(plan: dict, facts: DatasetFacts, variants: list[dict]) -> list[dict]:
+    """For the run's record: each variant x reader of the plan left out, and why."""
+    out = []
+    for variant in variants:
+        wanted = _for_kind(plan["readers"], variant.get("format", ""))
+        out += [{"variant": variant["name"], "reader": reader, "why": why}
+                for reader, why in readers_not_planned(facts, variant) if reader in wanted]
+    return out
 
 
 def fit_family_cases(facts: DatasetFacts, ceilings: Ceilings) -> DatasetFacts:

@@ -85,6 +85,18 @@ def _put_json(s3, bucket: str, key: str, value) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(value).encode(), ContentType="application/json")
 
 
+def _facts_and_reads(source_url: str, plan: dict):
+    """(facts, plan_io): the file's facts and the S3 requests and response bytes reading them took (metadata and
+    coordinates only), counted at the plan step's own s3fs client (botocore events, as the bench counts)."""
+    from layoutlab.bench.accounting import RequestCounter
+
+    counter = RequestCounter()
+    facts = dataset_facts(source_url, plan, counter)
+    counts = counter.snapshot()
+    return facts, {"requests": counts["requests"], "bytes": counts["bytes_transferred"],
+                   "get_requests": counts["get_requests"], "head_requests": counts["head_requests"]}
+
+
 def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings) -> PlanOutput:
     dataset_id = execution.dataset_id
     source = execution.source
@@ -95,7 +107,8 @@ def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings
     plan = plans.merge_plan(execution.plan, ceilings=settings.ceilings, input_bytes=size or None)
     # Guarded, as the convert step's repack is: a damaged file that makes libhdf5 spin while
     # its metadata is read is stopped by the stall check (a minute), not at the task's timeout.
-    facts = plans.fit_family_cases(run_guarded(dataset_facts, source_url, plan, path=source_url), settings.ceilings)
+    facts, plan_io = run_guarded(_facts_and_reads, source_url, plan, path=source_url)
+    facts = plans.fit_family_cases(facts, settings.ceilings)
     if facts.kind == "other":  # one line: what the file holds, and why no pattern reads it
         raise BadInputFile(source_url, (facts.structure or {}).get("why_not") or "layoutlab has no access patterns for it")
     platforms, substitutions = resolve_platforms(plan["platforms"], settings.platforms)
@@ -151,7 +164,9 @@ def plan_dataset(execution: ExecutionInput, *, s3, store, settings: PlanSettings
                 "family_cases": [{k: c[k] for k in ("label", "role", "variable", "why")} for c in plans.family_labels(facts.family_cases)],
                 "family_skipped": list(facts.family_skipped)}
     store.update_run(dataset_id, kind_of_data=facts.role or facts.kind, variants=[s["name"] for s in produced],
-                     cases=len(cases), rounds=1, platforms=platforms, platform_substitutions=substitutions, **grid)
+                     cases=len(cases), rounds=1, platforms=platforms, platform_substitutions=substitutions,
+                     readers_not_planned=plans.not_planned_list(plan, facts, produced),
+                     plan_io=dict(plan_io, file_bytes=size or None), **grid)
     return PlanOutput(
         convert_tasks=convert_tasks,
         publish_tasks=publish_tasks,

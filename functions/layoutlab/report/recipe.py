@@ -81,6 +81,12 @@ def _reader_text(reader: str, s: dict) -> str:
             if s.get("cache_type") else ""
         return ('xr.open_dataset(URL, engine="h5netcdf", phony_dims="access", chunks=None, '
                 f"storage_options={{...}}){cache}")
+    if reader == "xarray-zarr":
+        return 'xr.open_zarr(URL, group=GROUP, consolidated=False, zarr_format=3, chunks=None, storage_options={...})'
+    if reader == "xarray-icechunk":
+        session = (f'repo.readonly_session(snapshot_id="{s["snapshot"]}")' if s.get("snapshot")
+                   else 'repo.readonly_session("main")')
+        return f"xr.open_zarr({session}.store, group=GROUP, consolidated=False, zarr_format=3, chunks=None)"
     if reader.startswith("zarr-"):
         config = {"async.concurrency": s.get("concurrency")}
         if s.get("sharding_coalesce_max_gap_bytes") is not None:
