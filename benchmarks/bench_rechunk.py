@@ -362,8 +362,10 @@ def write_tiled_source(workdir: Path, spec: str, target_mib: float) -> tuple[Pat
         original = ds[()]
         fill = ds.fillvalue
         filters = {"compression": ds.compression, "compression_opts": ds.compression_opts, "shuffle": ds.shuffle}
-        map_dims = [Path(scale.name).name for scale in (d[0] for d in ds.dims[-2:])] if all(len(d) for d in ds.dims) else ["y", "x"]
-        record_dim = Path(ds.dims[0][0].name).name if ds.ndim == 3 and len(ds.dims[0]) else "time"
+        # Dimension names from the dimension scales NetCDF-4 attaches (phony names without them).
+        names = [Path(dim[0].name).name if len(dim) else f"dim{i}" for i, dim in enumerate(ds.dims)]
+        map_dims = names[-2:]
+        record_dim = names[0] if ds.ndim == 3 else "time"
         original_chunks = ds.chunks
         coords = {name: f[name][()] for name in map_dims if name in f}
     records = original[None] if original.ndim == 2 else original
