@@ -125,6 +125,9 @@ READ_BACK = textwrap.dedent(
 CHILD_LAYOUTLAB = CHILD_COMMON + READ_BACK + textwrap.dedent(
     """
     from layoutlab.convert.rechunk_zarr import rechunk
+    # rechunk imports xarray's attribute reader, h5netcdf and zarr lazily: import them before
+    # the clock starts, as the other children import their tools before theirs.
+    import h5netcdf.attrs, xarray.backends.h5netcdf_, zarr.codecs, zarr.storage
     start = time.perf_counter()
     result = rechunk(args["src"], args["dst"], chunks=args["chunks"], max_mem=args["max_mem"],
                      compressor="blosc-zstd:3", progress=False)
@@ -404,6 +407,9 @@ def run_child(tool, python, core, args, workdir) -> dict:
     script.write_text(CHILDREN[tool].replace("{core}", str({core})))
     (workdir / "layoutlab_geos_values.py").write_text(GEOS_VALUES_SHIM)
     env = dict(os.environ, PYTHONPATH=str(workdir))
+    # Every venv caches its bytecode (pip's does at install; uv's .venv does not): without the cache
+    # each fresh child recompiles xarray, pandas and zarr from source, tens of seconds under load.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
     done = subprocess.run([python, str(script), json.dumps(args)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
