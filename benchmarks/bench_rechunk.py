@@ -132,7 +132,7 @@ CHILD_LAYOUTLAB = CHILD_COMMON + READ_BACK + textwrap.dedent(
     profiler = None
     if args.get("profile"):
         import cProfile, pstats
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.process_time)  # CPU time: on a shared machine wall time is mostly waiting
         profiler.enable()
     start, cpu_start = time.perf_counter(), time.process_time()
     result = rechunk(args["src"], args["dst"], chunks=args["chunks"], max_mem=args["max_mem"],
