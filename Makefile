@@ -37,7 +37,7 @@ export AWS_EC2_METADATA_DISABLED := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 .PHONY: help python uv lock upgrade venv artifacts layer sysdeps demo test test-unit test-integration test-infra test-invariants bench clean bench-repack \
-        bench-rechunk bench-rechunk-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy bench-real
+        bench-rechunk bench-rechunk-venv bench-cubed-venv bench-ranged-get bench-access bench-load test-load cdk-cli layer synth deploy destroy bench-real
 
 help:
 	@echo "make demo   - set up .venv, build the deployment artifacts, run the local pipeline from them (no AWS account needed)"
@@ -155,8 +155,20 @@ $(RECHUNKER_VENV)/bin/rechunker-ready:
 
 bench-rechunk-venv: $(RECHUNKER_VENV)/bin/rechunker-ready
 
-bench-rechunk: venv bench-rechunk-venv
-	$(PY) benchmarks/bench_rechunk.py --rechunker-python $(RECHUNKER_VENV)/bin/python --seed-grid
+# Cubed (through cubed-xarray) is a rival the rechunk benchmark measures, not a dependency of
+# the package shipped to Lambda: it gets a venv of its own too, pinned to the versions measured.
+CUBED_VENV ?= /tmp/zarr/cubed-venv
+
+$(CUBED_VENV)/bin/cubed-ready: | python
+	$(PYTHON) -m venv $(CUBED_VENV)
+	$(CUBED_VENV)/bin/pip install -q cubed==0.28.0 cubed-xarray==0.0.9 'zarr>=3' xarray h5netcdf h5py numcodecs
+	touch $@
+
+bench-cubed-venv: $(CUBED_VENV)/bin/cubed-ready
+
+bench-rechunk: venv bench-rechunk-venv bench-cubed-venv
+	$(PY) benchmarks/bench_rechunk.py --rechunker-python $(RECHUNKER_VENV)/bin/python \
+	  --cubed-python $(CUBED_VENV)/bin/python --seed-grid
 
 # --- deploy (issue 6): the CDK CLI is a pinned npm dev dependency (package-lock.json);
 # the app itself is Python (cdk/app.py, run by the CLI through cdk.json).
