@@ -32,8 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from layoutlab import settings
+
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("LAYOUTLAB_CORPUS", REPO.parent / "shared" / "corpus"))
+CORPUS = Path(settings.value("LAYOUTLAB_CORPUS") or REPO.parent / "shared" / "corpus")
 PAGE = 8 << 20
 
 

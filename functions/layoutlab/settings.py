@@ -186,6 +186,8 @@ _DECLARED = (
              "checkout's layers/build)", "local"),
     Variable("LAYOUTLAB_FRESH_INTERPRETER", _switch, False, "1: each local task in a new interpreter instead of a "
              "fork of a warm one", "local"),
+    Variable("LAYOUTLAB_CORPUS", _text, "", "the shared corpus of real files the tests and benchmarks/bench_real.py "
+             "read (default ../shared/corpus beside the checkout)", "local"),
     Variable("LAYOUTLAB_TASK_LOG", _text, "", "a file the local tasks' output is appended to (in AWS: CloudWatch "
              "Logs)", "local"),
     Variable("LAYOUTLAB_TASK_TIMEOUT_S", _json_object, {}, "local functions' timeouts, JSON {task: seconds}, over "

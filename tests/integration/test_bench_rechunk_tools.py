@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from layoutlab.samples.geos import VARIABLE, write_geos
+from shared_corpus import CORPUS
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = (12, 9, 14)
-PRODUCTS = Path(os.environ.get("LAYOUTLAB_CORPUS", "/work/shared/corpus")) / "products"
+PRODUCTS = CORPUS / "products"
 
 
 def _bench():

@@ -60,7 +60,7 @@ def test_estimate_file_counts_the_plans_cases_and_times_each_copy_from_the_measu
     assert cli.main(["estimate", str(path), "--json"]) == 0
     estimate = json.loads(capsys.readouterr().out)
     assert estimate["role"] == "table" and estimate["cases_first_round"] == len(planned["cases"])
-    assert estimate["cases_at_most"] == len(planned["cases"]) * 9 // 3  # the default plan: 3, up to 9 repetitions
+    assert estimate["cases_at_most"] == len(planned["cases"]) * 7 // 3  # the default plan: 3, up to 7 repetitions
     assert [v["variant"] for v in estimate["variants"]] == planned["variants"]
     rows = {v["variant"]: v for v in estimate["variants"]}
     # 25,000 rows in chunks of 10^4: three chunks for each of the three arrays; 10^5 and 10^6 make one layout

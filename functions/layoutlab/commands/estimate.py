@@ -172,8 +172,9 @@ def run(args) -> int:
 def _estimate_file(args) -> int:
     from layoutlab.commands.plan import _load_plan
     from layoutlab.errors import UserError
-    from layoutlab.report.estimate import (REPO_RESULTS, estimate_file, fit_rechunk_rate, rechunk_observations,
-                                           repack_rate, zarr_compression)
+    from layoutlab.pipeline.study_estimate import estimate_file
+    from layoutlab.report.estimate import (REPO_RESULTS, fit_rechunk_rate, rechunk_observations, repack_rate,
+                                           zarr_compression)
     from layoutlab.storage import is_s3_url
 
     plan = _load_plan(args.plan)
