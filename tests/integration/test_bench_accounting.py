@@ -116,6 +116,10 @@ MATRIX = {
 COUNTED_ELSEWHERE = {
     "kerchunk-fsspec": "tests/integration/test_virtual_variants_local.py (client = proxy on kerchunk references)",
     "icechunk": "no client hook (Icechunk's requests go out from Rust): proxy-counted, like ros3",
+    "xarray-zarr": "tests/integration/test_bench_instrument_invariants.py (its client counts = the proxy's, every "
+                   "Zarr kind)",
+    "xarray-icechunk": "no client hook (Icechunk's Rust client under xarray): proxy-counted, "
+                       "tests/integration/test_bench_instrument_invariants.py",
 }
 CASES = [(reader, data, variant, pattern) for reader, rows in MATRIX.items()
          for data, variant, patterns in rows for pattern in patterns]

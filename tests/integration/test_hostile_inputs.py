@@ -67,7 +67,7 @@ HOSTILE_PLANS = {
     "scaling-x100-repetitions": ({"scaling": {"workers": [1000]}, "repetitions": 100},
                                  "repetitions: asks for 100 is over this environment's ceiling max_repetitions"),
     "cases": ({"scaling": {"workers": [60] * 20}},
-              "cases: up to 239,112 is over this environment's ceiling max_cases"),
+              "cases: up to 186,424 is over this environment's ceiling max_cases"),
     "page-1GiB": ({"variants": [{"kind": "repack-paged", "page_size": "1GiB"}]},
                   "variants[0].page_size: 1GiB = 1,073,741,824 is over this environment's ceiling "
                   "max_page_size_input_ratio x the input = 8,388,608"),
