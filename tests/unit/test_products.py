@@ -4,20 +4,9 @@ state, study slots and production numbers (issue 35)."""
 from __future__ import annotations
 
 import pytest
-from moto import mock_aws
 
 from layoutlab.products import signature, state
-from layoutlab.results.store import ResultsStore
 from layoutlab.samples import atl03, geos
-
-
-@pytest.fixture
-def store(monkeypatch):
-    with mock_aws():
-        s = ResultsStore("results-test")
-        s.create_table()
-        monkeypatch.setenv("LAYOUTLAB_RESULTS_TABLE", "results-test")
-        yield s
 
 
 def test_signature_is_stable_across_granules_of_one_product_and_differs_across_products(tmp_path):

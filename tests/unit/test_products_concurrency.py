@@ -18,15 +18,6 @@ from layoutlab.pipeline.payloads import FailureInput
 from layoutlab.results.store import ResultsStore
 
 
-@pytest.fixture
-def store(monkeypatch):
-    with mock_aws():
-        s = ResultsStore("results-test")
-        s.create_table()
-        monkeypatch.setenv("LAYOUTLAB_RESULTS_TABLE", "results-test")
-        yield s
-
-
 def test_slots_up_to_the_bound_then_busy_and_a_repeated_take_counts_once(store):
     assert not concurrency.acquire(store, "P", "d1", 2).again
     assert not concurrency.acquire(store, "P", "d2", 2).again

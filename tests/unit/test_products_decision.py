@@ -7,18 +7,8 @@ from moto import mock_aws
 
 from layoutlab import cli
 from layoutlab.products import decision, flow, state
-from layoutlab.results.store import ResultsStore
 
 PLATFORM = "local-lambda"
-
-
-@pytest.fixture
-def store(monkeypatch):
-    with mock_aws():
-        s = ResultsStore("results-test")
-        s.create_table()
-        monkeypatch.setenv("LAYOUTLAB_RESULTS_TABLE", "results-test")
-        yield s
 
 
 def summary(dataset, chose, walls, sizes=None):

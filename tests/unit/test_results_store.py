@@ -7,10 +7,8 @@ import io
 import json
 
 import pytest
-from moto import mock_aws
 
 from layoutlab import cli
-from layoutlab.results.store import ResultsStore
 
 
 def record(dataset="d1", variant="paged-8MiB", pattern="map-timestep", reader="h5py-s3fs-aligned",
@@ -19,15 +17,6 @@ def record(dataset="d1", variant="paged-8MiB", pattern="map-timestep", reader="h
             "platform": platform, "repetition": repetition, "wall_s": wall_s, "requests": 4,
             "bytes_transferred": 8388608, "peak_rss_mb": 101.5, "checksum_ok": True,
             "reader_settings": {"block_size": 8388608, "cache_type": "blockcache"}}
-
-
-@pytest.fixture
-def store(monkeypatch):
-    with mock_aws():
-        s = ResultsStore("results-test")
-        s.create_table()
-        monkeypatch.setenv("LAYOUTLAB_RESULTS_TABLE", "results-test")
-        yield s
 
 
 def test_results_round_trip_with_floats_and_nested_settings(store):
