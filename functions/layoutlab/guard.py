@@ -163,7 +163,7 @@ def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, clea
         gc.unfreeze()  # the parent collects as before
     if pid == 0:  # the child: do the work, send one pickled answer, leave without cleanup handlers
         os.close(read_end)
-        _die_with_parent(parent)
+        die_with_parent(parent)
         if without_credentials:
             from layoutlab.process_environment import drop_credentials
 
@@ -200,7 +200,7 @@ def start_guarded(fn, *args, path: str, stall_seconds: float | None = None, clea
     return GuardedCall(path, stall, cleanup, pid=pid, read_end=read_end)
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """The worker ends when its parent does (a parent killed by SIGKILL cannot stop it; the kernel can:
     ``PR_SET_PDEATHSIG``); SIGTERM gets its default action back (the parent unwinds, the worker just stops)."""
     import ctypes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,60 @@ def test_the_local_runtime_reports_its_tasks_through_the_same_steps(tmp_path, mo
     assert status == 0 and done["result"] == {"day": "2024-01-02"}
     status, broken = outcome(lambda _request: json.loads("{not json"))
     assert status == 1 and broken["error_type"] == "JSONDecodeError" and "Traceback" in broken["traceback"]
+
+
+def _probe_library(tmp_path, monkeypatch, name: str, body: str = "") -> Path:
+    """A module ``name`` on sys.path that appends a line to its log each time a process imports it."""
+    log = tmp_path / f"{name}.log"
+    (tmp_path / f"{name}.py").write_text(
+        "import os\n"
+        "try:\n"  # a case's child is confined to its task folder (sandbox): it cannot write the log
+        f"    with open({str(log)!r}, 'a') as fh:\n"
+        "        fh.write(f'{os.getpid()}\\n')\n"
+        "except PermissionError:\n"
+        "    pass\n"
+        f"{body}\n"
+        "def imported_by(_payload=None):\n"
+        "    return os.getpid()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return log
+
+
+def test_a_readers_libraries_are_imported_once_for_every_case_and_never_by_the_parent(tmp_path, monkeypatch):
+    """xarray's ~1.5 s import once per bench task, not once per case: the children of a zygote that imported it.
+    The parent never imports it, so a case of another reader does not carry it in its peak memory."""
+    import sys
+
+    log = _probe_library(tmp_path, monkeypatch, "probe_reader_library")
+    children = []
+    for _ in range(3):
+        result = run_forked("probe_reader_library:imported_by", None, libraries=("probe_reader_library",))
+        assert result.ok, result.error
+        assert "probe_reader_library" in result.peak_rss_source
+        children.append(result.result)
+    assert len(set(children)) == 3 and os.getpid() not in children
+    assert len(log.read_text().splitlines()) == 1  # one import, in the zygote
+    assert "probe_reader_library" not in sys.modules
+    slow = run_forked("time:sleep", 30, timeout=1.0, libraries=("probe_reader_library",))
+    assert not slow.ok and slow.timed_out and slow.process_wall_s < 10
+    limited = run_forked("numpy:ones", 2**28, memory_mb=1024, libraries=("probe_reader_library",))
+    assert not limited.ok and limited.error_type == "MemoryError"
+    assert len(log.read_text().splitlines()) == 1
+
+
+def test_a_library_that_starts_a_thread_on_import_is_imported_by_each_child(tmp_path, monkeypatch):
+    """A fork keeps only the forking thread (icechunk starts tokio workers when imported): such a library is
+    not imported in a zygote, each case's child imports it and finds its threads running."""
+    import sys
+
+    log = _probe_library(tmp_path, monkeypatch, "probe_threaded_library",
+                         "import threading, time\n"
+                         "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+                         "def threads(_payload=None):\n"
+                         "    return threading.active_count()\n")
+    for _ in range(2):
+        result = run_forked("probe_threaded_library:threads", None, libraries=("probe_threaded_library",))
+        assert result.ok, result.error
+        assert result.result == 2  # its own thread runs in the case's child: the child imported it itself
+    assert len(log.read_text().splitlines()) == 1  # the zygote's import, refused once and not tried again
+    assert "probe_threaded_library" not in sys.modules

@@ -133,7 +133,8 @@ def run_isolated(target: str, payload: object, *, memory_mb: int | None = None, 
 
 
 def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cpu: int | None = None,
-               env: dict[str, str] | None = None, timeout: float | None = None, on_output=None) -> IsolatedResult:
+               env: dict[str, str] | None = None, timeout: float | None = None, on_output=None,
+               libraries: tuple[str, ...] = ()) -> IsolatedResult:
     """``run_isolated``'s contract, but the child is a fork of this process instead of a new interpreter.
 
     The child inherits the modules this process imported and nothing else that a case
@@ -142,28 +143,176 @@ def run_forked(target: str, payload: object, *, memory_mb: int | None = None, cp
     start whose init phase imported the libraries. It saves the child's imports
     (~0.6 s of numpy, h5py, s3fs, zarr per case, billed on Lambda) and needs nothing of
     ``multiprocessing`` (its semaphores need /dev/shm, which Lambda lacks).
+
+    ``libraries``: modules the call needs beyond what this process imported (a reader's own: xarray,
+    h5netcdf). They are imported once in a zygote, a fork of this process kept for that set, and each
+    call's child is forked from it: this process stays without them, so a call that does not need them
+    does not carry them in its memory (its peak RSS), and a call that does skips importing them (xarray
+    takes ~1.5 s to import, every case). A module that starts a thread when imported (icechunk's tokio
+    workers) is left for the child to import: a fork keeps only the forking thread, so a child forked
+    after it would miss those threads.
     """
+    missing = tuple(sorted(name for name in libraries if name not in sys.modules))
+    zygote = _zygote_for(missing) if missing else None
     with tempfile.TemporaryDirectory(prefix="layoutlab-task-") as workdir:
         request_path, result_path, output_path = write_request(workdir, target, payload, cpu, memory_mb)
         sys.stdout.flush()
         sys.stderr.flush()
         started = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:  # the child: its own output, environment and limits, then the call
-            code = 1
-            try:
-                fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                os.close(fd)
-                os.environ.update(env or {})
-                code = _child(request_path)
-            finally:
-                os._exit(code)
-        status, usage, timed_out = _wait(pid, timeout)
+        answer = zygote.run(request_path, output_path, env, timeout) if zygote is not None else None
+        if answer is not None:
+            status, usage, timed_out = answer
+        else:  # no zygote, or it ended before it forked the child: fork from here
+            pid = os.fork()
+            if pid == 0:
+                _forked_child(request_path, output_path, env)
+            status, usage, timed_out = _wait(pid, timeout)
         return _child_result(target, status, usage, time.perf_counter() - started, timed_out, result_path,
                              output_path, forked=True, cpu=cpu, memory_mb=memory_mb, env=env, timeout=timeout,
-                             on_output=on_output)
+                             on_output=on_output, zygote_libraries=zygote.libraries if answer is not None else ())
+
+
+def _forked_child(request_path: str, output_path: str, env: dict[str, str] | None) -> None:
+    """In a forked child: its own output, environment and limits, then the call; never returns."""
+    code = 1
+    try:
+        fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.environ.update(env or {})
+        code = _child(request_path)
+    finally:
+        os._exit(code)
+
+
+class _Zygote:
+    """A fork of this process that imported ``libraries`` once and forks each call's child from itself.
+
+    Requests and answers are JSON lines over two pipes. For each request the zygote forks the child, says
+    its pid, waits for it (``wait4``: its own rusage) and answers with the wait status and the child's
+    CPU times; the parent times the call and kills the child (a grandchild: same user) at the timeout.
+    The zygote ends when the parent closes the request pipe or dies (``PR_SET_PDEATHSIG``). It first says
+    whether it is ready: a library whose import started a thread makes it unusable (``StartsThreads``)."""
+
+    def __init__(self, libraries: tuple[str, ...]):
+        self.libraries = libraries
+        request_read, self._request_write = os.pipe()
+        self._answer_read, answer_write = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(self._request_write)
+                os.close(self._answer_read)
+                from layoutlab.guard import die_with_parent
+
+                die_with_parent(parent)
+                with os.fdopen(answer_write, "w", closefd=False) as hello:
+                    for name in libraries:
+                        importlib.import_module(name)
+                        if len(os.listdir("/proc/self/task")) > 1:  # a fork keeps one thread: this one
+                            hello.write(json.dumps({"ready": False, "starts_threads": name}) + "\n")
+                            break
+                    else:
+                        hello.write(json.dumps({"ready": True}) + "\n")
+                code = self._serve(request_read, answer_write)
+            finally:
+                os._exit(code)
+        os.close(request_read)
+        os.close(answer_write)
+        self.pid = pid
+        self._answers = os.fdopen(self._answer_read, "r")
+        try:
+            hello = json.loads(self._answers.readline())
+        except ValueError:
+            hello = {"ready": False}
+        if not hello.get("ready"):
+            self.close()
+            raise StartsThreads(hello.get("starts_threads"))
+
+    def close(self) -> None:
+        os.close(self._request_write)  # the zygote's loop ends at end of file
+        self._answers.close()
+        os.waitpid(self.pid, 0)
+
+    @staticmethod
+    def _serve(request_read: int, answer_write: int) -> int:
+        with os.fdopen(request_read, "r") as requests, os.fdopen(answer_write, "w") as answers:
+            for line in requests:
+                request = json.loads(line)
+                child = os.fork()
+                if child == 0:
+                    requests.close()
+                    answers.close()
+                    _forked_child(request["request_path"], request["output_path"], request["env"])
+                answers.write(json.dumps({"pid": child}) + "\n")
+                answers.flush()
+                _, status, usage = os.wait4(child, 0)
+                answers.write(json.dumps({"status": status, "utime": usage.ru_utime,
+                                          "stime": usage.ru_stime, "maxrss": usage.ru_maxrss}) + "\n")
+                answers.flush()
+        return 0
+
+    def alive(self) -> bool:
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+    def run(self, request_path: str, output_path: str, env: dict[str, str] | None, timeout: float | None):
+        """(wait status, rusage-like, timed out) of one call's child, killed once ``timeout`` has passed; None
+        when the zygote ended before it forked the child (it is forgotten; the caller forks from itself)."""
+        import select
+        import types
+
+        try:
+            os.write(self._request_write, (json.dumps({"request_path": request_path, "output_path": output_path,
+                                                       "env": env or {}}) + "\n").encode())
+            child = json.loads(self._answers.readline())["pid"]
+        except (OSError, ValueError, KeyError):
+            _zygotes.pop(self.libraries, None)
+            return None
+        ready, _, _ = select.select([self._answers], [], [], timeout)
+        if not ready:
+            os.kill(child, signal.SIGKILL)
+        try:
+            answer = json.loads(self._answers.readline())
+        except ValueError:  # the zygote itself was killed while it waited: so was the call, as far as we know
+            _zygotes.pop(self.libraries, None)
+            answer = {"status": signal.SIGKILL, "utime": 0.0, "stime": 0.0, "maxrss": 0}
+        usage = types.SimpleNamespace(ru_utime=answer["utime"], ru_stime=answer["stime"], ru_maxrss=answer["maxrss"])
+        return answer["status"], usage, not ready
+
+
+class StartsThreads(Exception):
+    """A library whose import starts a thread (its name, None if the zygote could not say)."""
+
+
+_zygotes: dict[tuple[str, ...], _Zygote] = {}
+_starts_threads: set[str] = set()  # libraries a zygote found starting threads: the children import them
+
+
+def _zygote_for(libraries: tuple[str, ...]) -> _Zygote | None:
+    """The live zygote for ``libraries`` (less those that start threads), started on first use; None where
+    none can start (then the call's child is forked from this process and imports them itself)."""
+    while True:
+        wanted = tuple(name for name in libraries if name not in _starts_threads)
+        if not wanted:
+            return None
+        zygote = _zygotes.get(wanted)
+        if zygote is not None and zygote.alive():
+            return zygote
+        try:
+            zygote = _zygotes[wanted] = _Zygote(wanted)
+            return zygote
+        except StartsThreads as found:
+            if found.args[0] is None:
+                return None
+            _starts_threads.add(found.args[0])
+        except OSError:
+            return None
 
 
 def _wait(pid: int, timeout: float | None):
@@ -183,7 +332,8 @@ def _wait(pid: int, timeout: float | None):
 
 def _child_result(target: str, status: int, usage, process_wall: float, timed_out: bool, result_path: str,
                   output_path: str, *, forked: bool, cpu: int | None, memory_mb: int | None,
-                  env: dict[str, str] | None, timeout: float | None, on_output) -> IsolatedResult:
+                  env: dict[str, str] | None, timeout: float | None, on_output,
+                  zygote_libraries: tuple[str, ...] = ()) -> IsolatedResult:
     """What an ended child left behind (its output, its outcome file) and what the parent saw of it, as a result.
 
     Peak RSS is the child's own VmHWM from its outcome file. A forked child's includes the modules the
@@ -199,7 +349,10 @@ def _child_result(target: str, status: int, usage, process_wall: float, timed_ou
     except (OSError, ValueError):
         outcome = None
     peak = (outcome or {}).get("peak_rss_mb")
-    if forked:
+    if forked and zygote_libraries:
+        peak_rss, peak_source = peak or 0.0, ("VmHWM (forked: includes the modules the parent imported and "
+                                              f"{', '.join(zygote_libraries)})")
+    elif forked:
         peak_rss, peak_source = peak or 0.0, "VmHWM (forked: includes the modules the parent imported)"
     elif peak is not None:
         peak_rss, peak_source = peak, "VmHWM"

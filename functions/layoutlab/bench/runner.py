@@ -255,11 +255,17 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900, memor
     import threading
 
     fresh = settings.value(BENCH_CHILD_ENV) == "interpreter" or threading.active_count() > 1
-    outcome = (run_isolated if fresh else run_forked)("layoutlab.bench.runner:run_case", case,
-                                                      memory_mb=profile.memory_mb, env=env, cpu=cpu, timeout=timeout)
+    if fresh:
+        outcome = run_isolated("layoutlab.bench.runner:run_case", case, memory_mb=profile.memory_mb, env=env,
+                               cpu=cpu, timeout=timeout)
+    else:  # the reader's own libraries come from a zygote that imported them once (isolation.run_forked)
+        outcome = run_forked("layoutlab.bench.runner:run_case", case, memory_mb=profile.memory_mb, env=env,
+                             cpu=cpu, timeout=timeout, libraries=_reader_modules(case))
     isolation = {"fresh_process": True, "child": "interpreter" if fresh else "fork", "cpu": outcome.cpu,
                  "memory_limit_mb": profile.memory_mb,
                  "memory_limit": outcome.memory_limit, "process_wall_s": outcome.process_wall_s,
+                 # what the child's peak RSS includes besides the case: a forked child carries its parent's modules
+                 "peak_rss_source": outcome.peak_rss_source,
                  "process_cpu_s": outcome.user_cpu_s + outcome.system_cpu_s,
                  # whether the kernel confined the case's process to its own folder (layoutlab/sandbox.py)
                  "sandbox": outcome.sandbox}
@@ -273,6 +279,15 @@ def run_case_isolated(case: dict, cloud=None, timeout: float | None = 900, memor
         record["peak_rss_mb"] = outcome.peak_rss_mb
     record["isolation"] = isolation
     return derive_rates(record)
+
+
+def _reader_modules(case: dict) -> tuple[str, ...]:
+    """What the case's reader imports before its timed region (``Reader.modules``); () for an unknown reader
+    (the case itself says why it cannot run)."""
+    from layoutlab.bench.readers import READERS
+
+    reader = READERS.get(case.get("reader", ""))
+    return tuple(reader.modules) if reader is not None else ()
 
 
 def preload() -> None:
