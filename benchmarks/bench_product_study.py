@@ -1,0 +1,105 @@
+"""The default plan's study of real products in the local cloud, one product after the other (issue 34).
+
+Each FILE is dropped into a local cloud of its own (started by this script: the emulated S3 latency and
+bandwidth of `layoutlab local up`) with the plan layoutlab runs when an upload names none
+(``layoutlab/pipeline/default_plan.json``: every variant kind, every reader, both platforms, 3 to 7
+repetitions), and the study runs to its end: plan -> convert -> every bench case -> summarize. Per product
+it records what the docs' table gives: status, role, the variables read, the pattern families, the
+variants, the cases run, the values check, the recommendation (its choice per pattern) and the study's
+time (the RUN item's started -> finished), with the machine's load before and after.
+
+    python benchmarks/bench_product_study.py /path/to/shared/corpus/products/TEMPO_*.nc4 \
+        --json benchmarks/results/bench_product_study.json
+
+A product that does not end SUCCEEDED is reported as such (its FAILURE items' reasons) and the script
+goes on to the next; the exit status is 1 if any did not succeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layoutlab.local.cloud import start_local_cloud  # noqa: E402
+from layoutlab.local.pipeline import LocalPipeline  # noqa: E402
+from layoutlab.pipeline import plan as plans  # noqa: E402
+from layoutlab.results.record import host_info  # noqa: E402
+
+
+def study_row(items: list[dict], name: str, wall_s: float) -> dict:
+    """One product's line of the docs' table, from its RUN, SUMMARY, RESULT and FAILURE items."""
+    run = next((i for i in items if i["kind"] == "RUN"), {})
+    summary = next((i for i in items if i["kind"] == "SUMMARY"), {})
+    results = [i for i in items if i["kind"] == "RESULT"]
+    seconds = None
+    if run.get("started") and run.get("finished"):
+        seconds = (datetime.datetime.fromisoformat(run["finished"])
+                   - datetime.datetime.fromisoformat(run["started"])).total_seconds()
+    checked = [r for r in results if r.get("checksum_ok") is not None]
+    return {
+        "file": name, "status": run.get("status"), "role": (run.get("structure") or {}).get("role"),
+        "study_s": seconds, "wall_s": round(wall_s, 1),
+        "variables": summary.get("variables"),
+        "families": sorted({r["pattern"].split(":")[0] for r in results}),
+        "variants": sorted({r["variant"] for r in results}),
+        "readers": sorted({r["reader"] for r in results}),
+        "platforms": sorted({r["platform"] for r in results}),
+        "cases": len(results), "cases_ok": sum(1 for r in results if r.get("status") == "ok"),
+        "values_checked": len(checked), "values_equal": sum(1 for r in checked if r["checksum_ok"]),
+        "values_check": (summary.get("values_check") or {}).get("sentence"),
+        "choice": {p: c.get("variant") for p, c in (summary.get("choice") or {}).items()},
+        "recommendation": summary.get("recommendation"),
+        "failures": [i.get("error") or i.get("reason") for i in items if i["kind"] == "FAILURE"],
+    }
+
+
+def study(path: Path, workdir: Path, timeout: float) -> dict:
+    plan = plans.default_plan()
+    cloud = start_local_cloud(log_path=workdir / f"{path.name}.local-cloud.log")
+    started = time.perf_counter()
+    try:
+        pipeline = LocalPipeline(cloud)
+        pipeline.setup(s3_events=True)
+        pipeline.put_plan(plan["name"], plan)
+        outcome = pipeline.ingested(pipeline.upload(path, plan=plan["name"]))
+        if outcome["status"] != "started":
+            return {"file": path.name, "status": outcome["status"], "reason": outcome.get("reason")}
+        pipeline.wait([outcome], timeout=timeout)
+        items = pipeline.store.items(dataset=outcome["dataset_id"])
+        return study_row(items, path.name, time.perf_counter() - started)
+    finally:
+        cloud.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", type=Path, help="HDF5 / NetCDF-4 products to study")
+    parser.add_argument("--json", type=Path, help="append each product's row to this JSON file (a list)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for one study (default 3600)")
+    args = parser.parse_args(argv)
+    rows = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="layoutlab-study-") as tmp:
+        for path in args.files:
+            before = host_info()["loadavg"]
+            row = study(path, Path(tmp), args.timeout)
+            row.update({"load_before": before, "host": host_info(),
+                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                        "command": " ".join([os.path.basename(sys.argv[0]), str(path)])})
+            failed += row.get("status") != "SUCCEEDED"
+            print(json.dumps(row, default=str), flush=True)
+            rows.append(row)
+            if args.json:
+                args.json.write_text(json.dumps(rows, indent=1, default=str))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
