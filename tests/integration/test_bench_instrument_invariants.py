@@ -580,6 +580,8 @@ def test_xarray_opens_once_as_its_users_do(variants, cloud_env):
                        "latency_ms": 0, "bandwidth_mbps": 0, "check_values": False})
     assert record["status"] == "ok", record["error"]
     assert record["reader_settings"]["opened"] == "open_dataset(url, group='gt1l/heights')"
+    # the cache xarray chose, found by looking after the timed region (the look scans every object)
+    assert record["reader_settings"]["cache_seen"] == "on the file object xarray opened", record["reader_settings"]
     client = cloud_env.new_client(latency_ms=0, bandwidth_mbps=0, name="scientist")
     counter = accounting.RequestCounter()
     try:

@@ -80,6 +80,10 @@ class Handle(abc.ABC):
     def listing(self) -> dict:
         """Visit every group and array, reading all attributes: {"objects", "arrays", "attributes"}."""
 
+    def settings_after_timing(self) -> dict:
+        """``settings`` with what is found out only by looking (read after the timed region: looking costs)."""
+        return self.settings
+
     def close(self) -> None:
         for close in reversed(self.closers):
             close()
@@ -212,6 +216,10 @@ class XarrayHandle(Handle):
         self._opener = opener
         self._groups: dict[str, object] = {}
         self._tree = tree
+        self.look_later = None  # () -> dict of settings found by looking (the file cache xarray chose)
+
+    def settings_after_timing(self) -> dict:
+        return {**self.settings, **(self.look_later() if self.look_later is not None else {})}
 
     def _group(self, group: str):
         if self._tree is not None:
@@ -443,9 +451,10 @@ class XarrayH5netcdf(Reader):
         except (OSError, ValueError) as error:
             raise UserError(f"{url}: not readable as HDF5/NetCDF-4 through xarray ({error})") from error
         settings = {**self.settings, "xarray": xr.__version__, **_h5py_version_settings(),
-                    "opened": "open_datatree(url)" if group is None else f"open_dataset(url, group={group or None!r})",
-                    **_xarray_file_cache(opened)}
+                    "opened": "open_datatree(url)" if group is None else f"open_dataset(url, group={group or None!r})"}
         handle = XarrayHandle("hdf5", url, settings, [opened.close], opener, tree=tree)
+        # the cache xarray chose is found by scanning every object of the process (~0.03-0.1 s): not in the open
+        handle.look_later = lambda: _xarray_file_cache(opened)
         if tree is None:
             handle._groups[group or ""] = opened
         return handle

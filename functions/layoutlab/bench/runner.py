@@ -186,7 +186,7 @@ def run_case(case: dict) -> dict:
             t3 = time.perf_counter()
             cpu = time.process_time() - cpu0
             counts.snapshot()
-            settings = {**reader.settings, **handle.settings}
+            settings = {**reader.settings, **handle.settings_after_timing()}
             checksum = check_values(handle, selection, loaded, case.get("seed")) if case.get(
                 "check_values", True) else None
         finally:
