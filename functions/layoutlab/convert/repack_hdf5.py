@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import itertools
 import math
 import os
@@ -122,7 +123,7 @@ def repack(
             if verify:
                 if copy_written is not None:
                     copy_written(tmp)
-                verify_copy(in_path, tmp, summary, decoding)
+                verify_copy(in_path, tmp, summary, decoding, source_digests=job.source_digests)
         os.replace(tmp, out_path)
     finally:
         if tmp.exists():
@@ -144,15 +145,16 @@ def _damage_names_the_input(in_path, doing="copy it"):
         raise UserError(f"{in_path}: HDF5 failed to {doing}: {damaged_reason(error)}") from None
 
 
-def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None) -> None:
+def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None, source_digests=None) -> None:
     """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ.
 
     ``decoding`` (convert/decode_check.py), when given, has been decoding every stored chunk of the
     input beside the copy: its verdict is collected here, after the comparison, instead of decoding
-    in this process; a damaged chunk is the input's fault and is reported before any difference."""
+    in this process; a damaged chunk is the input's fault and is reported before any difference.
+    ``source_digests``: what the copy decoded of the input's rechunked datasets (``compare_files``)."""
     started = time.perf_counter()
     with _damage_names_the_input(in_path, "verify the copy against it"):
-        problems = compare_files(in_path, copy_path, decode=decoding is None)
+        problems = compare_files(in_path, copy_path, decode=decoding is None, source_digests=source_digests)
         if decoding is not None:
             summary.decode_check = vars(decoding.result()).copy()
     summary.verify_seconds = time.perf_counter() - started
@@ -194,6 +196,9 @@ class _Repacker:
         self.scale_objects = {}  # address -> source dimension scale
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
         self.dst_addresses = {}  # source object address -> address of its copy
+        # path of a dataset whose values the copy decoded from the input -> (shape, block chunks, digest of
+        # the values read): --verify reads only the copy's values of it (compare_files' source_digests)
+        self.source_digests: dict[str, tuple] = {}
         self.read_buffer = bytearray(0)
         # The chunk and attribute loops in C when the extension is built (same output; on the
         # ATL03-like granule user CPU 1.0 -> 0.7 s, see _fastcopy.c and docs/repack.md).
@@ -585,8 +590,12 @@ class _Repacker:
         if not (plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed"
                 and self._copy_raw_chunks(src, new)):
             dst = h5py.Dataset(new)
-            for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
-                _copy_selection(src, dst, selection)
+            block_chunks = tuple(new_chunks or shape)
+            digest = None if _needs_walk(ftype) else hashlib.blake2b()  # (fixed-size values: bytes as read)
+            for selection in _blocks(shape, block_chunks, ftype.get_size()):
+                _copy_selection(src, dst, selection, digest)
+            if digest is not None:
+                self.source_digests[path] = (tuple(shape), block_chunks, digest.digest())
             if self.progress:
                 self.progress(src.id.get_storage_size())
 
@@ -1233,9 +1242,10 @@ def _is_fixed_size(dtype: np.dtype) -> bool:
     return True
 
 
-def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
+def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection, digest=None) -> int:
     """Copy ``src[selection]`` into ``dst`` exactly (decoded; variable-length values through HDF5's own
-    memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved."""
+    memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved.
+    ``digest`` (a hashlib object) is fed the values as read from ``src``, before they are written."""
     ftype = src.id.get_type()
     if selection == ():
         buffer = np.empty((), dtype=f"V{ftype.get_size()}")
@@ -1250,6 +1260,8 @@ def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
         file_space = dataset.id.get_space()
         file_space.select_hyperslab(start, count)
         getattr(dataset.id, call)(memory, file_space, buffer, mtype=mtype)
+        if digest is not None and call == "read":
+            digest.update(buffer.reshape(-1).view(np.uint8))
     return buffer.nbytes
 
 
@@ -1289,11 +1301,16 @@ def _blocks(shape, chunks, itemsize, limit=BLOCK_BYTES):
 # --- verification -------------------------------------------------------------
 
 
-def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) -> list[str]:
+def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True, source_digests=None) -> list[str]:
     """Differences in decoded data and attributes between two HDF5 files (empty list: same content).
 
     ``decode=False``: chunks found identical as stored are not decoded here (the caller decodes the
     input's chunks elsewhere: convert/decode_check.py).
+    ``source_digests`` (repack's copy): dataset path -> (shape, block chunks, digest) of the values the copy
+    read from ``a_path`` block by block and wrote anew (rechunked: no stored bytes to compare). Those
+    datasets are decoded in ``b_path`` only, their digest compared (the input's values were decoded by
+    the copy, and its chunks by the decode check: a third decode found nothing they did not); where the
+    digests differ the values of both are compared as without it, to name the block.
 
     Layout (chunking, page strategy, unlimited vs fixed maximum shape) is allowed
     to differ; shapes, dtypes, values, fill values, filters' decoded result and
@@ -1343,7 +1360,8 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) 
                 _compare_attrs(obj_a, obj_b, problems, deferred, files)
                 if isinstance(obj_a, h5py.Dataset):
                     try:
-                        _compare_dataset(obj_a, obj_b, problems, block_bytes, decode)
+                        _compare_dataset(obj_a, obj_b, problems, block_bytes, decode,
+                                         (source_digests or {}).get("/" + name))
                     except OSError:
                         missing = missing_filters(obj_a)
                         if not missing:
@@ -1643,7 +1661,7 @@ def _filters(dcpl) -> list:
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
-def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True):
+def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True, source_digest=None):
     space_a, space_b = a.id.get_space(), b.id.get_space()
     kind = space_a.get_simple_extent_type()
     if kind != space_b.get_simple_extent_type() or not a.id.get_type().equal(b.id.get_type()):
@@ -1697,11 +1715,30 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
         return
     if a.id.get_storage_size() == 0 and b.id.get_storage_size() == 0:
         return  # nothing written in either: both read as fill (or undefined) values
+    if source_digest is not None and _copy_matches_digest(b, tid, shape_a, source_digest):
+        return
     for selection in _blocks(shape_a, (a.chunks or shape_a), tid.get_size(), block_bytes):
         if not _same_stored_values(a.id, b.id, a.file, b.file, selection=selection,
                                    shape=tuple(s.stop - s.start for s in selection)):
             problems.append(f"{a.name}: values differ in {selection}")
             return
+
+
+def _copy_matches_digest(b: h5py.Dataset, tid, shape, source_digest) -> bool:
+    """The copy ``b``'s values over ``shape``, read in the blocks the copy wrote, hash to the digest of the
+    input's values the copy read (``compare_files``' ``source_digests``); False also when the digest was
+    made for another shape or a type whose memory form holds pointers (then compared value by value)."""
+    digest_shape, block_chunks, expected = source_digest
+    if tuple(digest_shape) != tuple(shape) or _needs_walk(tid):
+        return False
+    digest = hashlib.blake2b()
+    try:
+        for selection in _blocks(shape, block_chunks, tid.get_size()):
+            count = tuple(s.stop - s.start for s in selection)
+            digest.update(_read_exact(b.id, b.id.get_type(), count, selection).reshape(-1).view(np.uint8))
+    except OSError:  # (a chunk of the copy that does not decode: the block-by-block comparison names it)
+        return False
+    return digest.digest() == expected
 
 
 def _same_decoded(a: h5py.Dataset, b: h5py.Dataset, shape, tid, block_bytes) -> bool:
