@@ -31,6 +31,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from layoutlab.bounded_decoding import bounded_by, declared_chunk_bytes
 from layoutlab.convert import fastcopy
 from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the module's public names)
     BLOCK_BYTES,
@@ -105,7 +106,7 @@ def repack(
             try:
                 with _damage_names_the_input(in_path):
                     with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
-                                   progress) as job:
+                                   progress, decoding=decoding) as job:
                         job.run()
             except UserError as error:
                 # HDF5 2.0 writing with libver "latest" gives objects HDF5 1.10's format cannot hold: the
@@ -114,7 +115,7 @@ def repack(
                     raise
                 summary.notes.append(NEWER_FORMAT_NOTE)
                 with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
-                               progress, newest_format=True) as job:
+                               progress, newest_format=True, decoding=decoding) as job:
                     job.run()
             if job.userblock:  # HDF5 reserves the user block but leaves its bytes to the application
                 with open(tmp, "r+b") as stream:
@@ -173,8 +174,9 @@ NEWER_FORMAT_NOTE = ("the input holds objects in a file format newer than HDF5 1
 
 class _Repacker:
     def __init__(self, src_path, dst_path, page_size, target_chunk_bytes, chunks, summary, progress,
-                 newest_format=False):
+                 newest_format=False, decoding=None):
         self.src_path, self.dst_path = Path(src_path), Path(dst_path)
+        self.decoding = decoding  # --verify's decode check (decode_check.DecodeCheck), told what the copy decodes
         self.newest_format = newest_format
         self.page_size = page_size
         self.target_chunk_bytes = target_chunk_bytes
@@ -296,6 +298,8 @@ class _Repacker:
                     continue
                 if dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
                     self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
+        if self.decoding is not None:  # (its child waits for this before decoding: the copy decodes these)
+            self.decoding.leave_to_the_copy(path for path, plan in plans.items() if _values_decoded_by_copy(plan))
         # 3. HDF5 copies every object, attribute, committed type, fill value, filter and stored chunk
         # (undecoded). When nothing is linked twice and no named datatype exists, the groups holding a
         # dataset to be made anew are walked: their other members are copied one H5Ocopy each (whole
@@ -587,13 +591,15 @@ class _Repacker:
         shape, new_chunks = plan["shape"], plan["new_chunks"]
         if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
             return  # (values holding references are written by the reference pass)
-        if not (plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed"
-                and self._copy_raw_chunks(src, new)):
+        if _values_decoded_by_copy(plan) or not self._copy_raw_chunks(src, new):
             dst = h5py.Dataset(new)
             block_chunks = tuple(new_chunks or shape)
             digest = None if _needs_walk(ftype) else hashlib.blake2b()  # (fixed-size values: bytes as read)
+            # (read as strictly as the decode check reads a chunk, which leaves these datasets to the copy:
+            # a deflate chunk inflating past its declared size is refused, not truncated)
+            bound = declared_chunk_bytes(src)
             for selection in _blocks(shape, block_chunks, ftype.get_size()):
-                _copy_selection(src, dst, selection, digest)
+                _copy_selection(src, dst, selection, digest, bound)
             if digest is not None:
                 self.source_digests[path] = (tuple(shape), block_chunks, digest.digest())
             if self.progress:
@@ -1242,10 +1248,24 @@ def _is_fixed_size(dtype: np.dtype) -> bool:
     return True
 
 
-def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection, digest=None) -> int:
+def _values_decoded_by_copy(plan: dict) -> bool:
+    """Whether ``_make`` reads every stored chunk of the dataset ``plan`` makes anew (within its shape)
+    through HDF5's filters, rather than copying stored chunks or nothing (references, no values)."""
+    if plan.get("scalar"):
+        return False
+    ftype = plan["src"].id.get_type()
+    if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(plan["shape"]):
+        return False
+    return not (plan["layout"] == h5py.h5d.CHUNKED and plan["new_chunks"] == plan["src_chunks"]
+                and _type_kind(ftype) == "fixed")
+
+
+def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection, digest=None, bound=None) -> int:
     """Copy ``src[selection]`` into ``dst`` exactly (decoded; variable-length values through HDF5's own
     memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved.
-    ``digest`` (a hashlib object) is fed the values as read from ``src``, before they are written."""
+    ``digest`` (a hashlib object) is fed the values as read from ``src``, before they are written; ``bound``:
+    the bytes a stored chunk of ``src`` decodes to (bounded_decoding: a deflate chunk inflating past it is
+    refused; the read only, not the write)."""
     ftype = src.id.get_type()
     if selection == ():
         buffer = np.empty((), dtype=f"V{ftype.get_size()}")
@@ -1256,12 +1276,15 @@ def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection, digest=None
     count = tuple(s.stop - s.start for s in selection)
     buffer = np.empty(count, dtype=f"V{ftype.get_size()}")
     memory = h5py.h5s.create_simple(count)
-    for dataset, call, mtype in ((src, "read", ftype), (dst, "write", dst.id.get_type())):
-        file_space = dataset.id.get_space()
-        file_space.select_hyperslab(start, count)
-        getattr(dataset.id, call)(memory, file_space, buffer, mtype=mtype)
-        if digest is not None and call == "read":
-            digest.update(buffer.reshape(-1).view(np.uint8))
+    file_space = src.id.get_space()
+    file_space.select_hyperslab(start, count)
+    with bounded_by(bound):
+        src.id.read(memory, file_space, buffer, mtype=ftype)
+    if digest is not None:
+        digest.update(buffer.reshape(-1).view(np.uint8))
+    file_space = dst.id.get_space()
+    file_space.select_hyperslab(start, count)
+    dst.id.write(memory, file_space, buffer, mtype=dst.id.get_type())
     return buffer.nbytes
 
 
