@@ -1342,8 +1342,11 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True, 
     problems: list[str] = []
     deferred: list[tuple[str, str]] = []  # (object path, attribute name): large values, compared at the end
     _PATHS.clear()  # reference-target indexes are per open file
-    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
-        files = (a, b)
+    # (both files' h5py objects and descriptors made once: per dataset, ``.file`` makes a new File object and
+    # the stored-chunk comparison opened both files again)
+    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b, open(a_path, "rb") as raw_a, \
+            open(b_path, "rb") as raw_b:
+        files, descriptors = (a, b), (raw_a.fileno(), raw_b.fileno())
         _compare_attrs(a["/"], b["/"], problems, deferred, files)
         # Both files walked together, group by group, each member opened relative to its already-open
         # parent, without recursion: linear in the number of links whatever the nesting depth (H5Lvisit
@@ -1384,7 +1387,7 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True, 
                 if isinstance(obj_a, h5py.Dataset):
                     try:
                         _compare_dataset(obj_a, obj_b, problems, block_bytes, decode,
-                                         (source_digests or {}).get("/" + name))
+                                         (source_digests or {}).get("/" + name), files, descriptors)
                     except OSError:
                         missing = missing_filters(obj_a)
                         if not missing:
@@ -1684,7 +1687,9 @@ def _filters(dcpl) -> list:
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
-def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True, source_digest=None):
+def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True, source_digest=None,
+                     files=None, descriptors=None):
+    file_a, file_b = files or (a.file, b.file)
     space_a, space_b = a.id.get_space(), b.id.get_space()
     kind = space_a.get_simple_extent_type()
     if kind != space_b.get_simple_extent_type() or not a.id.get_type().equal(b.id.get_type()):
@@ -1712,7 +1717,7 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
             problems.append(f"{a.name}: external storage changed")
         return  # (external raw data is not copied: the copy points at the same external files)
     if kind == h5py.h5s.SCALAR:
-        if not _same_stored_values(a.id, b.id, a.file, b.file):
+        if not _same_stored_values(a.id, b.id, file_a, file_b):
             problems.append(f"{a.name}: value differs")
         return
     if math.prod(shape_a) == 0:
@@ -1722,7 +1727,7 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
     tid = a.id.get_type()
     same_chunks = (dcpl_a.get_layout() == dcpl_b.get_layout() == h5py.h5d.CHUNKED
                    and dcpl_a.get_chunk() == dcpl_b.get_chunk())
-    same_stored = _same_stored_chunks(a, b) if same_chunks and not _needs_walk(tid) else None
+    same_stored = _same_stored_chunks(a, b, descriptors) if same_chunks and not _needs_walk(tid) else None
     if same_stored is not None:
         if not same_stored:
             # Chunks of the same shape are written anew when the copy converts the values (a compound
@@ -1741,7 +1746,7 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
     if source_digest is not None and _copy_matches_digest(b, tid, shape_a, source_digest):
         return
     for selection in _blocks(shape_a, (a.chunks or shape_a), tid.get_size(), block_bytes):
-        if not _same_stored_values(a.id, b.id, a.file, b.file, selection=selection,
+        if not _same_stored_values(a.id, b.id, file_a, file_b, selection=selection,
                                    shape=tuple(s.stop - s.start for s in selection)):
             problems.append(f"{a.name}: values differ in {selection}")
             return
@@ -1811,10 +1816,10 @@ def _shifted_blocks(region: tuple[slice, ...], chunks, itemsize: int, block_byte
         yield tuple(slice(r.start + b.start, r.start + b.stop) for r, b in zip(region, block))
 
 
-def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
+def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset, descriptors=None) -> bool:
     """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs);
     None when the input lists a chunk wholly beyond its shape (not where readers find its values:
-    compared decoded)."""
+    compared decoded). ``descriptors``: the two files open for reading (else opened here)."""
     def located(ds):
         found = {}
         ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset),
@@ -1828,8 +1833,11 @@ def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
         return False
     # The stored bytes read with pread at the addresses the chunk indexes give: H5Dread_chunk through
     # h5py costs ~40 % more here (a chunk-cache lookup and a Python object per call).
-    with open(a.file.filename, "rb") as file_a, open(b.file.filename, "rb") as file_b:
-        return all(_same_bytes(file_a.fileno(), at_a, file_b.fileno(), at_b, size)
+    with contextlib.ExitStack() as opened:
+        if descriptors is None:
+            descriptors = tuple(opened.enter_context(open(ds.file.filename, "rb")).fileno() for ds in (a, b))
+        fd_a, fd_b = descriptors
+        return all(_same_bytes(fd_a, at_a, fd_b, at_b, size)
                    for at_a, at_b, size in _back_to_back_runs(chunks_a, chunks_b))
 
 
