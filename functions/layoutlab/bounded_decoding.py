@@ -69,10 +69,12 @@ def take_refusal() -> str | None:
 def declared_chunk_bytes(dataset) -> int | None:
     """What one stored chunk of ``dataset`` decodes to (None when it is not chunked): its shape times the
     stored type's size, with room for a Fletcher-32 checksum a writer may have put before deflate."""
+    import h5py
+
     dcpl = dataset.id.get_create_plist()
-    chunks = dataset.chunks
-    if not chunks:
+    if dcpl.get_layout() != h5py.h5d.CHUNKED:  # (not h5py's .chunks: it reads the creation properties again)
         return None
+    chunks = dcpl.get_chunk()
     filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
     element = stored_element_bytes(dataset.id.get_type())
     if element is None:

@@ -87,3 +87,38 @@ def test_a_damaged_input_chunk_stops_the_repack_and_nothing_is_written(tmp_path)
     with pytest.raises(BadInputFile, match=r"/v in \[120000:130000\] cannot be decoded \(damaged data\)"):
         repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
+
+
+def _write_rechunked(path):
+    """/t: unlimited, its one chunk longer than its values (the copy fixes the axis and shrinks the chunk to
+    it: decoded and written anew); /v as in ``_write`` (its chunks copied as stored)."""
+    _write(path, compression="gzip")
+    with h5py.File(path, "a") as f:
+        f.create_dataset("t", data=np.cos(np.arange(25_000) / 3.0), maxshape=(None,), chunks=(30_000,),
+                         compression="gzip")
+    return path
+
+
+def test_a_dataset_the_copy_decodes_whole_is_left_to_it_and_counted_apart(tmp_path):
+    src = _write_rechunked(tmp_path / "in.h5")
+    summary = repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+    assert summary.verified and set(summary.rechunked) == {"/t"}
+    report = summary.decode_check
+    assert (report["datasets"], report["chunks"], report["by_copy_datasets"]) == (1, 20, 1)
+    assert decode_check.decode_every_chunk(str(src)).chunks == 21  # (alone, the check still decodes everything)
+
+
+def test_a_deflate_bomb_in_a_dataset_the_copy_decodes_is_refused_by_the_copy(tmp_path):
+    """Left to the copy, a chunk that inflates past its declared size is refused there, as the check would
+    (bounded to the chunk's declared bytes, not HDF5's 4 GiB), and nothing is written."""
+    src = _write_rechunked(tmp_path / "in.h5")
+    with h5py.File(src) as f:
+        info = f["t"].id.get_chunk_info(0)
+    bomb = zlib.compress(bytes(2 * 30_000 * 8))
+    assert len(bomb) < info.size
+    data = bytearray(src.read_bytes())
+    data[info.byte_offset: info.byte_offset + len(bomb)] = bomb
+    src.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="inflates past its declared size of 240000 bytes"):
+        repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]

@@ -113,3 +113,26 @@ def test_verify_finds_one_changed_byte_in_any_stored_chunk_of_the_copy(tmp_path,
     data[chunk.byte_offset + at] ^= 0x01
     out.write_bytes(bytes(data))
     assert compare_files(src, out, decode=False) == ["/v: stored chunks differ"]
+
+
+def test_verify_finds_a_changed_value_in_a_dataset_the_copy_rechunked(tmp_path):
+    """A dataset rechunked by the copy (unlimited axis fixed, the chunk shrunk to it) is verified by reading the
+    copy's values against what the copy read from the input (no third decode of the input): one value changed
+    in the copy after it is written, through HDF5 so every chunk still decodes, is a difference naming the
+    dataset, and the copy is not kept; untouched, the same copy verifies."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("t", data=np.arange(3_000, dtype="f8"), maxshape=(None,), chunks=(10_000,),
+                         compression="gzip")
+        f.create_dataset("u", data=np.arange(50, dtype="i4"), maxshape=(None,), chunks=(1_000,))
+
+    def change_one_value(copy_path):
+        with h5py.File(copy_path, "r+") as f:
+            assert f["t"].chunks == (3_000,)  # (rechunked: no stored bytes to compare with the input's)
+            f["t"][1_234] = -1.0
+
+    summary = repack(src, tmp_path / "ok.h5", verify=True)
+    assert summary.verified and set(summary.rechunked) == {"/t", "/u"}
+    with pytest.raises(CopyDiffers, match=r"verification of the repacked copy failed: /t: values differ in"):
+        repack(src, tmp_path / "out.h5", verify=True, copy_written=change_one_value)
+    assert not (tmp_path / "out.h5").exists()

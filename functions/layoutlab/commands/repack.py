@@ -230,8 +230,10 @@ def run_one(args) -> int:
         decoded = summary.decode_check
         not_decoded = (decoded or {}).get("not_decoded") or []
         every = "every other" if not_decoded else "every"
+        by_copy = (f"; those of {decoded['by_copy_datasets']} more datasets by the copy itself"
+                   if decoded and decoded.get("by_copy_datasets") else "")
         beside = (f"; {every} stored chunk of the input decoded beside the copy ({decoded['chunks'] + decoded['by_hdf5']} "
-                  f"chunks, {decoded['seconds']:.2f} s)") if decoded else ""
+                  f"chunks, {decoded['seconds']:.2f} s{by_copy})") if decoded else ""
         print(f"  verified: decoded data and attributes identical ({summary.verify_seconds:.2f} s after the copy)"
               + beside)
         for item in not_decoded:  # (their stored bytes were compared; their values could not be decoded here)

@@ -20,12 +20,19 @@ Two ways to decode, one judge:
 Datasets whose filter plugin is not installed here are not decoded (the copy keeps their bytes as
 stored: identical stored bytes are then all there is to check, as before); the report lists them
 (``not_decoded``) and the command says so, instead of counting them as decoded.
+
+Datasets the copy itself decodes whole (rechunked: every stored chunk within the shape read through
+HDF5, deflate bounded by the chunk's declared size as here) are left to it: once the copy has decided
+what it makes anew, it names them (``DecodeCheck.leave_to_the_copy``) and the child, which waits for
+that list before decoding, skips them (ATL06: 475 of 477 datasets, each decoded twice before). The
+report counts them apart (``by_copy_datasets``); a chunk the copy cannot decode stops the copy.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,38 +64,100 @@ class DecodeReport:
     # datasets whose chunks were not decoded, their filter plugin absent here: "/path (N chunks): 32099 (name)".
     # Said, never counted as decoded (issue 36: "verified ... (0 chunks)" claimed what was not checked).
     not_decoded: list = field(default_factory=list)
+    # datasets the copy decoded whole itself, left to it (DecodeCheck.leave_to_the_copy)
+    by_copy_datasets: int = 0
+
+
+# The list of datasets left to the copy goes to the child through a pipe whose buffer holds it whole, so
+# the parent's write never waits for the child (which, without a fork, runs only when the result is asked
+# for). A longer list is not sent: the child then decodes everything, as without one.
+PLAN_PIPE_BYTES = 1 << 20
 
 
 class DecodeCheck:
     """The running check; ``result()`` is its ``DecodeReport`` or the ``BadInputFile`` naming a damaged chunk."""
 
-    def __init__(self, call: GuardedCall):
+    def __init__(self, call: GuardedCall, plan_fds: tuple[int, int]):
         self._call = call
+        self._plan_read, self._plan_write = plan_fds
+
+    def leave_to_the_copy(self, paths) -> None:
+        """The datasets (paths) the copy decodes whole itself: not decoded again here. Once; the child waits
+        for it (or for ``result()``, which sends an empty list) before decoding anything."""
+        if self._plan_write is None:
+            return
+        message = pickle.dumps(sorted(paths))
+        if len(message) + 8 > PLAN_PIPE_BYTES:
+            message = pickle.dumps([])
+        try:
+            os.write(self._plan_write, len(message).to_bytes(8, "little") + message)
+        except BrokenPipeError:  # (the child is gone: its result says why)
+            pass
+        os.close(self._plan_write)
+        self._plan_write = None
 
     def result(self) -> DecodeReport:
-        return self._call.result()
+        self.leave_to_the_copy(())  # (nothing named: every dataset decoded here)
+        try:
+            return self._call.result()
+        finally:
+            self._close_plan()
 
     def cancel(self) -> None:
         self._call.cancel()
+        self._close_plan()
+
+    def _close_plan(self) -> None:
+        for fd in (self._plan_read, self._plan_write):
+            if fd is not None:
+                os.close(fd)
+        self._plan_read = self._plan_write = None
 
 
 def start(in_path) -> DecodeCheck:
     """Start decoding every stored chunk of ``in_path`` in a guarded child (see the module's text)."""
-    return DecodeCheck(start_guarded(_decode_in_child, os.fspath(in_path), path=os.fspath(in_path),
-                                     without_credentials=True))
+    plan_read, plan_write = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(plan_write, fcntl.F_SETPIPE_SZ, PLAN_PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # (the default buffer: a longer list is not sent)
+        pass
+    call = start_guarded(_decode_in_child, os.fspath(in_path), plan_read, path=os.fspath(in_path),
+                         without_credentials=True)
+    return DecodeCheck(call, (plan_read, plan_write))
 
 
-def _decode_in_child(in_path: str) -> DecodeReport:
+def _decode_in_child(in_path: str, plan_read: int | None = None) -> DecodeReport:
     # Each chunk's decoded bytes come in a new object (a GEOS-like chunk: 3.3 MB): freed memory is kept
     # for the next (convert/heap.py: 1.43 -> 0.73 s for that input on two threads). Only here, in the
     # child, which exits when done.
     set_malloc_thresholds(mmap_threshold=2 * INFLATE_WINDOW + (4 << 20), keep_freed=1 << 30)
-    return decode_every_chunk(in_path)
+    left_to_the_copy = _read_plan(plan_read) if plan_read is not None else frozenset()
+    return decode_every_chunk(in_path, left_to_the_copy=left_to_the_copy)
 
 
-def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport:
-    """Decode every stored chunk of every filtered chunked dataset of ``in_path`` reached by hard links;
-    ``BadInputFile`` for the first chunk HDF5 cannot decode."""
+def _read_plan(fd: int) -> frozenset:
+    """The paths ``DecodeCheck.leave_to_the_copy`` sent (waits for them); empty if none came."""
+    def read_exactly(count: int) -> bytes:
+        got = b""
+        while len(got) < count:
+            piece = os.read(fd, count - len(got))
+            if not piece:
+                return b""
+            got += piece
+        return got
+
+    header = read_exactly(8)
+    if not header:
+        return frozenset()
+    return frozenset(pickle.loads(read_exactly(int.from_bytes(header, "little"))))
+
+
+def decode_every_chunk(in_path: str, workers: int | None = None, left_to_the_copy=frozenset()) -> DecodeReport:
+    """Decode every stored chunk of every filtered chunked dataset of ``in_path`` reached by hard links,
+    except the datasets at the paths ``left_to_the_copy`` (counted apart); ``BadInputFile`` for the first
+    chunk HDF5 cannot decode."""
     import h5py
 
     from layoutlab.convert.repack_hdf5 import BLOCK_BYTES, decode_blocks, missing_filters, read_spans, walk_objects
@@ -114,8 +183,11 @@ def decode_every_chunk(in_path: str, workers: int | None = None) -> DecodeReport
 
     try:
         with open_input(in_path) as f, ThreadPoolExecutor(workers) as pool:
-            for _, info, gid, bname in walk_objects(f.id):
+            for name, info, gid, bname in walk_objects(f.id):
                 if info.type != h5py.h5o.TYPE_DATASET:
+                    continue
+                if "/" + name in left_to_the_copy:  # (not even opened: GEDI L2B leaves 1,162 of 1,302)
+                    report.by_copy_datasets += 1
                     continue
                 dataset = h5py.Dataset(h5py.h5d.open(gid, bname))
                 dcpl = dataset.id.get_create_plist()

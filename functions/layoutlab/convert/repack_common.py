@@ -59,7 +59,7 @@ class RepackSummary:
         self.verify_seconds: float | None = None
         self.verified = False
         # --verify's decode of every stored chunk of the input, run beside the copy (convert/decode_check.py):
-        # datasets, chunks, stored_bytes, by_hdf5, seconds
+        # datasets, chunks, stored_bytes, by_hdf5, seconds, by_copy_datasets (left to the copy)
         self.decode_check: dict | None = None
         self.groups = self.datasets = self.attributes = self.chunks_copied_raw = 0
         self.compact_to_contiguous: list[str] = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import itertools
 import math
 import os
@@ -30,6 +31,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from layoutlab.bounded_decoding import bounded_by, declared_chunk_bytes
 from layoutlab.convert import fastcopy
 from layoutlab.convert.repack_common import (  # noqa: F401  (re-exported: the module's public names)
     BLOCK_BYTES,
@@ -104,7 +106,7 @@ def repack(
             try:
                 with _damage_names_the_input(in_path):
                     with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
-                                   progress) as job:
+                                   progress, decoding=decoding) as job:
                         job.run()
             except UserError as error:
                 # HDF5 2.0 writing with libver "latest" gives objects HDF5 1.10's format cannot hold: the
@@ -113,7 +115,7 @@ def repack(
                     raise
                 summary.notes.append(NEWER_FORMAT_NOTE)
                 with _Repacker(in_path, tmp, page_size, target_chunk_bytes, dict(chunks or {}), summary,
-                               progress, newest_format=True) as job:
+                               progress, newest_format=True, decoding=decoding) as job:
                     job.run()
             if job.userblock:  # HDF5 reserves the user block but leaves its bytes to the application
                 with open(tmp, "r+b") as stream:
@@ -122,7 +124,7 @@ def repack(
             if verify:
                 if copy_written is not None:
                     copy_written(tmp)
-                verify_copy(in_path, tmp, summary, decoding)
+                verify_copy(in_path, tmp, summary, decoding, source_digests=job.source_digests)
         os.replace(tmp, out_path)
     finally:
         if tmp.exists():
@@ -144,15 +146,16 @@ def _damage_names_the_input(in_path, doing="copy it"):
         raise UserError(f"{in_path}: HDF5 failed to {doing}: {damaged_reason(error)}") from None
 
 
-def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None) -> None:
+def verify_copy(in_path, copy_path, summary: RepackSummary, decoding=None, source_digests=None) -> None:
     """``--verify``: decoded data and attributes of the copy compared with the input; ``UserError`` if they differ.
 
     ``decoding`` (convert/decode_check.py), when given, has been decoding every stored chunk of the
     input beside the copy: its verdict is collected here, after the comparison, instead of decoding
-    in this process; a damaged chunk is the input's fault and is reported before any difference."""
+    in this process; a damaged chunk is the input's fault and is reported before any difference.
+    ``source_digests``: what the copy decoded of the input's rechunked datasets (``compare_files``)."""
     started = time.perf_counter()
     with _damage_names_the_input(in_path, "verify the copy against it"):
-        problems = compare_files(in_path, copy_path, decode=decoding is None)
+        problems = compare_files(in_path, copy_path, decode=decoding is None, source_digests=source_digests)
         if decoding is not None:
             summary.decode_check = vars(decoding.result()).copy()
     summary.verify_seconds = time.perf_counter() - started
@@ -171,8 +174,9 @@ NEWER_FORMAT_NOTE = ("the input holds objects in a file format newer than HDF5 1
 
 class _Repacker:
     def __init__(self, src_path, dst_path, page_size, target_chunk_bytes, chunks, summary, progress,
-                 newest_format=False):
+                 newest_format=False, decoding=None):
         self.src_path, self.dst_path = Path(src_path), Path(dst_path)
+        self.decoding = decoding  # --verify's decode check (decode_check.DecodeCheck), told what the copy decodes
         self.newest_format = newest_format
         self.page_size = page_size
         self.target_chunk_bytes = target_chunk_bytes
@@ -194,6 +198,9 @@ class _Repacker:
         self.scale_objects = {}  # address -> source dimension scale
         self.dimension_lengths = {}  # address of a dimension scale -> its current length
         self.dst_addresses = {}  # source object address -> address of its copy
+        # path of a dataset whose values the copy decoded from the input -> (shape, block chunks, digest of
+        # the values read): --verify reads only the copy's values of it (compare_files' source_digests)
+        self.source_digests: dict[str, tuple] = {}
         self.read_buffer = bytearray(0)
         # The chunk and attribute loops in C when the extension is built (same output; on the
         # ATL03-like granule user CPU 1.0 -> 0.7 s, see _fastcopy.c and docs/repack.md).
@@ -291,6 +298,8 @@ class _Repacker:
                     continue
                 if dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
                     self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
+        if self.decoding is not None:  # (its child waits for this before decoding: the copy decodes these)
+            self.decoding.leave_to_the_copy(path for path, plan in plans.items() if _values_decoded_by_copy(plan))
         # 3. HDF5 copies every object, attribute, committed type, fill value, filter and stored chunk
         # (undecoded). When nothing is linked twice and no named datatype exists, the groups holding a
         # dataset to be made anew are walked: their other members are copied one H5Ocopy each (whole
@@ -582,11 +591,17 @@ class _Repacker:
         shape, new_chunks = plan["shape"], plan["new_chunks"]
         if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
             return  # (values holding references are written by the reference pass)
-        if not (plan["layout"] == h5py.h5d.CHUNKED and new_chunks == plan["src_chunks"] and _type_kind(ftype) == "fixed"
-                and self._copy_raw_chunks(src, new)):
+        if _values_decoded_by_copy(plan) or not self._copy_raw_chunks(src, new):
             dst = h5py.Dataset(new)
-            for selection in _blocks(shape, new_chunks or shape, ftype.get_size()):
-                _copy_selection(src, dst, selection)
+            block_chunks = tuple(new_chunks or shape)
+            digest = None if _needs_walk(ftype) else hashlib.blake2b()  # (fixed-size values: bytes as read)
+            # (read as strictly as the decode check reads a chunk, which leaves these datasets to the copy:
+            # a deflate chunk inflating past its declared size is refused, not truncated)
+            bound = declared_chunk_bytes(src)
+            for selection in _blocks(shape, block_chunks, ftype.get_size()):
+                _copy_selection(src, dst, selection, digest, bound)
+            if digest is not None:
+                self.source_digests[path] = (tuple(shape), block_chunks, digest.digest())
             if self.progress:
                 self.progress(src.id.get_storage_size())
 
@@ -1233,9 +1248,24 @@ def _is_fixed_size(dtype: np.dtype) -> bool:
     return True
 
 
-def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
+def _values_decoded_by_copy(plan: dict) -> bool:
+    """Whether ``_make`` reads every stored chunk of the dataset ``plan`` makes anew (within its shape)
+    through HDF5's filters, rather than copying stored chunks or nothing (references, no values)."""
+    if plan.get("scalar"):
+        return False
+    ftype = plan["src"].id.get_type()
+    if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(plan["shape"]):
+        return False
+    return not (plan["layout"] == h5py.h5d.CHUNKED and plan["new_chunks"] == plan["src_chunks"]
+                and _type_kind(ftype) == "fixed")
+
+
+def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection, digest=None, bound=None) -> int:
     """Copy ``src[selection]`` into ``dst`` exactly (decoded; variable-length values through HDF5's own
-    memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved."""
+    memory form, so a NULL string stays NULL, opaque and bitfield bytes stay bytes); return the bytes moved.
+    ``digest`` (a hashlib object) is fed the values as read from ``src``, before they are written; ``bound``:
+    the bytes a stored chunk of ``src`` decodes to (bounded_decoding: a deflate chunk inflating past it is
+    refused; the read only, not the write)."""
     ftype = src.id.get_type()
     if selection == ():
         buffer = np.empty((), dtype=f"V{ftype.get_size()}")
@@ -1246,10 +1276,15 @@ def _copy_selection(src: h5py.Dataset, dst: h5py.Dataset, selection) -> int:
     count = tuple(s.stop - s.start for s in selection)
     buffer = np.empty(count, dtype=f"V{ftype.get_size()}")
     memory = h5py.h5s.create_simple(count)
-    for dataset, call, mtype in ((src, "read", ftype), (dst, "write", dst.id.get_type())):
-        file_space = dataset.id.get_space()
-        file_space.select_hyperslab(start, count)
-        getattr(dataset.id, call)(memory, file_space, buffer, mtype=mtype)
+    file_space = src.id.get_space()
+    file_space.select_hyperslab(start, count)
+    with bounded_by(bound):
+        src.id.read(memory, file_space, buffer, mtype=ftype)
+    if digest is not None:
+        digest.update(buffer.reshape(-1).view(np.uint8))
+    file_space = dst.id.get_space()
+    file_space.select_hyperslab(start, count)
+    dst.id.write(memory, file_space, buffer, mtype=dst.id.get_type())
     return buffer.nbytes
 
 
@@ -1289,11 +1324,16 @@ def _blocks(shape, chunks, itemsize, limit=BLOCK_BYTES):
 # --- verification -------------------------------------------------------------
 
 
-def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) -> list[str]:
+def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True, source_digests=None) -> list[str]:
     """Differences in decoded data and attributes between two HDF5 files (empty list: same content).
 
     ``decode=False``: chunks found identical as stored are not decoded here (the caller decodes the
     input's chunks elsewhere: convert/decode_check.py).
+    ``source_digests`` (repack's copy): dataset path -> (shape, block chunks, digest) of the values the copy
+    read from ``a_path`` block by block and wrote anew (rechunked: no stored bytes to compare). Those
+    datasets are decoded in ``b_path`` only, their digest compared (the input's values were decoded by
+    the copy, and its chunks by the decode check: a third decode found nothing they did not); where the
+    digests differ the values of both are compared as without it, to name the block.
 
     Layout (chunking, page strategy, unlimited vs fixed maximum shape) is allowed
     to differ; shapes, dtypes, values, fill values, filters' decoded result and
@@ -1302,8 +1342,11 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) 
     problems: list[str] = []
     deferred: list[tuple[str, str]] = []  # (object path, attribute name): large values, compared at the end
     _PATHS.clear()  # reference-target indexes are per open file
-    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
-        files = (a, b)
+    # (both files' h5py objects and descriptors made once: per dataset, ``.file`` makes a new File object and
+    # the stored-chunk comparison opened both files again)
+    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b, open(a_path, "rb") as raw_a, \
+            open(b_path, "rb") as raw_b:
+        files, descriptors = (a, b), (raw_a.fileno(), raw_b.fileno())
         _compare_attrs(a["/"], b["/"], problems, deferred, files)
         # Both files walked together, group by group, each member opened relative to its already-open
         # parent, without recursion: linear in the number of links whatever the nesting depth (H5Lvisit
@@ -1343,7 +1386,8 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True) 
                 _compare_attrs(obj_a, obj_b, problems, deferred, files)
                 if isinstance(obj_a, h5py.Dataset):
                     try:
-                        _compare_dataset(obj_a, obj_b, problems, block_bytes, decode)
+                        _compare_dataset(obj_a, obj_b, problems, block_bytes, decode,
+                                         (source_digests or {}).get("/" + name), files, descriptors)
                     except OSError:
                         missing = missing_filters(obj_a)
                         if not missing:
@@ -1643,7 +1687,9 @@ def _filters(dcpl) -> list:
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
-def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True):
+def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, decode=True, source_digest=None,
+                     files=None, descriptors=None):
+    file_a, file_b = files or (a.file, b.file)
     space_a, space_b = a.id.get_space(), b.id.get_space()
     kind = space_a.get_simple_extent_type()
     if kind != space_b.get_simple_extent_type() or not a.id.get_type().equal(b.id.get_type()):
@@ -1671,7 +1717,7 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
             problems.append(f"{a.name}: external storage changed")
         return  # (external raw data is not copied: the copy points at the same external files)
     if kind == h5py.h5s.SCALAR:
-        if not _same_stored_values(a.id, b.id, a.file, b.file):
+        if not _same_stored_values(a.id, b.id, file_a, file_b):
             problems.append(f"{a.name}: value differs")
         return
     if math.prod(shape_a) == 0:
@@ -1681,7 +1727,7 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
     tid = a.id.get_type()
     same_chunks = (dcpl_a.get_layout() == dcpl_b.get_layout() == h5py.h5d.CHUNKED
                    and dcpl_a.get_chunk() == dcpl_b.get_chunk())
-    same_stored = _same_stored_chunks(a, b) if same_chunks and not _needs_walk(tid) else None
+    same_stored = _same_stored_chunks(a, b, descriptors) if same_chunks and not _needs_walk(tid) else None
     if same_stored is not None:
         if not same_stored:
             # Chunks of the same shape are written anew when the copy converts the values (a compound
@@ -1697,11 +1743,30 @@ def _compare_dataset(a: h5py.Dataset, b: h5py.Dataset, problems, block_bytes, de
         return
     if a.id.get_storage_size() == 0 and b.id.get_storage_size() == 0:
         return  # nothing written in either: both read as fill (or undefined) values
+    if source_digest is not None and _copy_matches_digest(b, tid, shape_a, source_digest):
+        return
     for selection in _blocks(shape_a, (a.chunks or shape_a), tid.get_size(), block_bytes):
-        if not _same_stored_values(a.id, b.id, a.file, b.file, selection=selection,
+        if not _same_stored_values(a.id, b.id, file_a, file_b, selection=selection,
                                    shape=tuple(s.stop - s.start for s in selection)):
             problems.append(f"{a.name}: values differ in {selection}")
             return
+
+
+def _copy_matches_digest(b: h5py.Dataset, tid, shape, source_digest) -> bool:
+    """The copy ``b``'s values over ``shape``, read in the blocks the copy wrote, hash to the digest of the
+    input's values the copy read (``compare_files``' ``source_digests``); False also when the digest was
+    made for another shape or a type whose memory form holds pointers (then compared value by value)."""
+    digest_shape, block_chunks, expected = source_digest
+    if tuple(digest_shape) != tuple(shape) or _needs_walk(tid):
+        return False
+    digest = hashlib.blake2b()
+    try:
+        for selection in _blocks(shape, block_chunks, tid.get_size()):
+            count = tuple(s.stop - s.start for s in selection)
+            digest.update(_read_exact(b.id, b.id.get_type(), count, selection).reshape(-1).view(np.uint8))
+    except OSError:  # (a chunk of the copy that does not decode: the block-by-block comparison names it)
+        return False
+    return digest.digest() == expected
 
 
 def _same_decoded(a: h5py.Dataset, b: h5py.Dataset, shape, tid, block_bytes) -> bool:
@@ -1751,10 +1816,10 @@ def _shifted_blocks(region: tuple[slice, ...], chunks, itemsize: int, block_byte
         yield tuple(slice(r.start + b.start, r.start + b.stop) for r, b in zip(region, block))
 
 
-def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
+def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset, descriptors=None) -> bool:
     """Same chunks stored at the same positions with the same bytes and filter masks (no filter runs);
     None when the input lists a chunk wholly beyond its shape (not where readers find its values:
-    compared decoded)."""
+    compared decoded). ``descriptors``: the two files open for reading (else opened here)."""
     def located(ds):
         found = {}
         ds.id.chunk_iter(lambda info: found.__setitem__(tuple(info.chunk_offset),
@@ -1768,8 +1833,11 @@ def _same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
         return False
     # The stored bytes read with pread at the addresses the chunk indexes give: H5Dread_chunk through
     # h5py costs ~40 % more here (a chunk-cache lookup and a Python object per call).
-    with open(a.file.filename, "rb") as file_a, open(b.file.filename, "rb") as file_b:
-        return all(_same_bytes(file_a.fileno(), at_a, file_b.fileno(), at_b, size)
+    with contextlib.ExitStack() as opened:
+        if descriptors is None:
+            descriptors = tuple(opened.enter_context(open(ds.file.filename, "rb")).fileno() for ds in (a, b))
+        fd_a, fd_b = descriptors
+        return all(_same_bytes(fd_a, at_a, fd_b, at_b, size)
                    for at_a, at_b, size in _back_to_back_runs(chunks_a, chunks_b))
 
 
