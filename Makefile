@@ -120,7 +120,8 @@ layer: artifacts
 demo: sysdeps venv artifacts
 	$(VENV)/bin/layoutlab demo
 
-# The suite on every core (pytest-xdist, one worker per test file so module fixtures are made once),
+# The suite on every core (pytest-xdist, one worker per test file so module fixtures are made once;
+# the corpus-wide files, listed in tests/conftest.py, are dealt test by test),
 # then the tests that assert on measured time alone, so no other test's work lengthens their runs.
 # Both parts always run; the target fails if either does. The slowest tests are listed, so a log says
 # where the suite's time goes.

@@ -34,3 +34,28 @@ atexit.register(shutil.rmtree, os.environ["LAYOUTLAB_STATE_DIR"], ignore_errors=
 # The local cloud fixtures (`local_cloud`, session-scoped; `cloud`, per test with
 # the environment set and moto reset afterwards): see layoutlab/local/pytest_plugin.py.
 pytest_plugins = ["layoutlab.local.pytest_plugin"]
+
+
+# How `make test` deals tests to its workers (pytest-xdist, --dist loadfile): a file's tests go to one
+# worker together, so its module fixtures are made once; except the files below, whose tests are
+# independent, each doing its own costly work over cheap fixtures (one rechunk or inspect per corpus
+# file): dealt test by test, such a file no longer keeps one worker busy while the others have
+# finished. (--dist loadgroup with xdist_group marks would say this per test, but pytest-xdist 3.8
+# cannot group under pytest 9: it renames node ids through an attribute pytest 9 no longer reads.)
+SPREAD_OVER_WORKERS = {
+    "tests/integration/test_corpus_rechunk.py",
+    "tests/integration/test_corpus_inspect.py",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileSpreadingSome(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return nodeid if file in SPREAD_OVER_WORKERS else file
+
+    return LoadFileSpreadingSome(config, log)
