@@ -252,3 +252,21 @@ def test_report_has_a_section_per_product_with_state_decision_counts_bytes_and_c
     assert "0 of 3 study granules" in products["GEOS"]
     # no PRODUCT item, no products heading
     assert "<h2>Products</h2>" not in html.write_report(rr.granule_items(), tmp_path / "plain.html").html.read_text()
+
+
+def test_a_tables_row_layout_and_a_swaths_scan_line_layout_are_shown_by_their_chunk_length(tmp_path):
+    """The default plan's record layouts (chunks "rows" / "scan-lines") carry no {dim: n}: the report said
+    "'str' object has no attribute 'values'" for every table or swath product before."""
+    import copy
+
+    items = copy.deepcopy([i for i in rr.all_items() if i["dataset"] == rr.GRANULE])
+    variants = [i for i in items if i["kind"] == "VARIANT" and i["variant"] != "original"]
+    assert len(variants) >= 1
+    variants[0]["spec"] = {"kind": "rechunk-zarr", "chunks": "rows", "record_chunk": 10000, "name": variants[0]["variant"]}
+    if len(variants) > 1:
+        variants[1]["spec"] = {"kind": "rechunk-zarr", "chunks": "scan-lines", "record_chunk": 132,
+                               "name": variants[1]["variant"]}
+    page = html.write_report(items, tmp_path / "run.html", source="hand-built").html.read_text()
+    assert "10000 rows along the first axis" in page
+    if len(variants) > 1:
+        assert "132 scan lines along the first axis" in page

@@ -292,12 +292,23 @@ def _decision_tables(section: DatasetSection, decided: dict) -> None:
     section.tables.append(("Choices", header, rows, note))
 
 
+def _chunks_text(spec: dict) -> str:
+    """A variant's chunk shape as the table shows it: ``240x10x10`` for a grid's {dim: n}; a table's or a
+    swath's record layout (chunks "rows" / "scan-lines") by the elements along the first axis a chunk holds."""
+    chunks = spec.get("chunks")
+    if isinstance(chunks, dict):
+        return "x".join(str(c) for c in chunks.values()) or "-"
+    if chunks and spec.get("record_chunk"):
+        return f"{spec['record_chunk']} {'rows' if chunks == 'rows' else 'scan lines'} along the first axis"
+    return str(chunks) if chunks else "-"
+
+
 def _variant_table(section: DatasetSection, variants: dict[str, dict]) -> None:
     if not variants:
         return
     rows = [[name, v.get("variant_kind") or "", _s(v.get("size_bytes"), "{:,.0f}") if v.get("size_bytes") is not None else "-",
              _s(v.get("size_overhead"), "{:+.1%}"), _s(v.get("convert_s"), "{:.1f}"),
-             "x".join(str(c) for c in (v.get("spec") or {}).get("chunks", {}).values()) or "-"]
+             _chunks_text(v.get("spec") or {})]
             for name, v in sorted(variants.items())]
     section.tables.append(("Variants", ["variant", "kind", f"{obs.CONVERT_OUTPUT_BYTES.name} (B)", "overhead",
                                         f"{obs.CONVERT_WALL_TIME.name} (s)", "chunks"], rows, ""))
