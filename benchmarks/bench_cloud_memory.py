@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from layoutlab import settings
 from layoutlab.local.cloud import start_local_cloud
 from layoutlab.local.pipeline import LocalPipeline
 
@@ -58,7 +59,7 @@ def main() -> None:
                             for o in outcomes if o.get("dataset_id"))
                 print(f"round {round_number}: {final} {cases} cases in {time.monotonic() - started:.0f} s; "
                       f"cloud RSS {rss_mib(cloud.pid):.1f} MiB; load {os.getloadavg()[0]:.1f}", flush=True)
-                if os.environ.get("LAYOUTLAB_CLOUD_TRACEMALLOC"):
+                if settings.value("LAYOUTLAB_CLOUD_TRACEMALLOC"):
                     os.kill(cloud.pid, signal.SIGUSR1)
     finally:
         cloud.stop()
