@@ -38,14 +38,13 @@ STATE_FILE = "local-cloud.json"
 LOCAL_REGION = "us-east-1"
 # moto accepts any credentials: the local cloud needs none of the user's, and must never be sent real ones.
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "layoutlab-local", "AWS_SECRET_ACCESS_KEY": "layoutlab-local"}
-# glibc malloc of the local cloud process. moto answers each request on a thread of its own, the proxy and
-# moto pass whole objects and growing DynamoDB answers (MBs) around: with glibc's defaults (up to 8 arenas per
-# core, an mmap threshold that rises to the largest block freed, up to 32 MiB) those blocks come from the
-# arenas' heaps and the freed space is rarely returned, and the process grew per benchmark case (a default-plan
-# study of a 3.4 MB product: 1.6 GB after ~300 cases, 2.3 GB after ~425) while the Python objects it kept grew by
-# kilobytes (tracemalloc, LAYOUTLAB_CLOUD_TRACEMALLOC). Two arenas and a fixed threshold return large blocks to
-# the system when freed. Only the cloud's own process: tasks get an environment from scratch (artifact_runtime);
-# a value the caller sets wins.
+# glibc malloc of the local cloud process. moto (a thread per request) and the proxy pass whole objects and
+# answers of MBs around; with glibc's defaults (up to 8 arenas per core, an mmap threshold that rises to the
+# largest block freed, up to 32 MiB) such blocks come from the arenas' heaps and freed space is rarely given
+# back: the process grew per benchmark case (a default-plan study of a 3.4 MB product: 1.6 GB after ~300 cases,
+# 2.3 GB after ~425) while the Python objects it kept grew by kilobytes (tracemalloc, LAYOUTLAB_CLOUD_TRACEMALLOC).
+# Two arenas and a fixed threshold give large blocks back when freed (docs/local-run.md has the figures). Only
+# the cloud's own process: tasks get an environment made from scratch (artifact_runtime). A value set wins.
 CLOUD_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
 
 
@@ -250,8 +249,8 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
         cmd += ["--objects-on-disk-over", str(int(objects_on_disk_over))]
     if not detach:
         cmd += ["--stop-with", str(os.getpid())]
-    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**CLOUD_MALLOC_ENV, **os.environ},
-                               start_new_session=detach, close_fds=True)
+    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                               env={**CLOUD_MALLOC_ENV, **os.environ}, start_new_session=detach, close_fds=True)
     if log is not subprocess.DEVNULL:
         log.close()
     deadline = time.monotonic() + timeout
