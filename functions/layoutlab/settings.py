@@ -190,6 +190,9 @@ _DECLARED = (
              "read (default ../shared/corpus beside the checkout)", "local"),
     Variable("LAYOUTLAB_TASK_LOG", _text, "", "a file the local tasks' output is appended to (in AWS: CloudWatch "
              "Logs)", "local"),
+    Variable("LAYOUTLAB_CLOUD_TRACEMALLOC", _text, "", "debug: a directory; the local cloud then traces its "
+             "allocations and writes a tracemalloc snapshot there on SIGUSR1 (costs memory and CPU while set)",
+             "local"),
     Variable("LAYOUTLAB_TASK_TIMEOUT_S", _json_object, {}, "local functions' timeouts, JSON {task: seconds}, over "
              "the defaults of layoutlab.local.dispatch", "local"),
     Variable("LAYOUTLAB_PROXY_CONTROL", _text, "", "control URL of the local S3 proxy; bench cases count their "

@@ -38,6 +38,14 @@ STATE_FILE = "local-cloud.json"
 LOCAL_REGION = "us-east-1"
 # moto accepts any credentials: the local cloud needs none of the user's, and must never be sent real ones.
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "layoutlab-local", "AWS_SECRET_ACCESS_KEY": "layoutlab-local"}
+# glibc malloc of the local cloud process. moto (a thread per request) and the proxy pass whole objects and
+# answers of MBs around; with glibc's defaults (up to 8 arenas per core, an mmap threshold that rises to the
+# largest block freed, up to 32 MiB) such blocks come from the arenas' heaps and freed space is rarely given
+# back: the process grew per benchmark case (a default-plan study of a 3.4 MB product: 1.6 GB after ~300 cases,
+# 2.3 GB after ~425) while the Python objects it kept grew by kilobytes (tracemalloc, LAYOUTLAB_CLOUD_TRACEMALLOC).
+# Two arenas and a fixed threshold give large blocks back when freed (docs/local-run.md has the figures). Only
+# the cloud's own process: tasks get an environment made from scratch (artifact_runtime). A value set wins.
+CLOUD_MALLOC_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
 
 
 def use_local_credentials() -> None:
@@ -242,7 +250,7 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
     if not detach:
         cmd += ["--stop-with", str(os.getpid())]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                               start_new_session=detach, close_fds=True)
+                               env={**CLOUD_MALLOC_ENV, **os.environ}, start_new_session=detach, close_fds=True)
     if log is not subprocess.DEVNULL:
         log.close()
     deadline = time.monotonic() + timeout
@@ -261,6 +269,27 @@ def start_local_cloud(state_path: str | os.PathLike | None = None, latency_ms: f
 
 
 # -- the service process ---------------------------------------------------
+def trace_allocations(snapshot_dir: str) -> None:
+    """Debug only (``LAYOUTLAB_CLOUD_TRACEMALLOC=DIR``): trace this process's allocations and write a
+    tracemalloc snapshot to DIR/cloud-<n>.tracemalloc on each SIGUSR1, to find what the local cloud keeps
+    (compare two with ``Snapshot.compare_to``). Unset, nothing is traced: tracing costs memory and CPU."""
+    if not snapshot_dir:
+        return
+    import itertools
+    import tracemalloc
+
+    tracemalloc.start(10)  # frames enough to name the owner, few enough to keep moto answering
+    Path(snapshot_dir).mkdir(parents=True, exist_ok=True)
+    numbers = itertools.count(1)
+
+    def write_snapshot(*_):
+        path = Path(snapshot_dir) / f"cloud-{next(numbers)}.tracemalloc"
+        tracemalloc.take_snapshot().dump(path)
+        logging.getLogger(__name__).info("tracemalloc snapshot written to %s", path)
+
+    signal.signal(signal.SIGUSR1, write_snapshot)
+
+
 def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False,
           objects_on_disk_over: int | None = None, stop_with: int | None = None) -> None:
     # This process holds the credentials of whoever ran `layoutlab local up`: non-dumpable, its
@@ -268,6 +297,7 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     from layoutlab.sandbox import make_non_dumpable
 
     make_non_dumpable()
+    trace_allocations(settings.value("LAYOUTLAB_CLOUD_TRACEMALLOC"))
     servers, measured = core_split()
     os.sched_setaffinity(0, servers)
 
