@@ -30,34 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layoutlab.local.cloud import start_local_cloud  # noqa: E402
 from layoutlab.local.pipeline import LocalPipeline  # noqa: E402
 from layoutlab.pipeline import plan as plans  # noqa: E402
+from layoutlab.report.study import study_row  # noqa: E402
 from layoutlab.results.record import host_info  # noqa: E402
-
-
-def study_row(items: list[dict], name: str, wall_s: float) -> dict:
-    """One product's line of the docs' table, from its RUN, SUMMARY, RESULT and FAILURE items."""
-    run = next((i for i in items if i["kind"] == "RUN"), {})
-    summary = next((i for i in items if i["kind"] == "SUMMARY"), {})
-    results = [i for i in items if i["kind"] == "RESULT"]
-    seconds = None
-    if run.get("started") and run.get("finished"):
-        seconds = (datetime.datetime.fromisoformat(run["finished"])
-                   - datetime.datetime.fromisoformat(run["started"])).total_seconds()
-    checked = [r for r in results if r.get("checksum_ok") is not None]
-    return {
-        "file": name, "status": run.get("status"), "role": (run.get("structure") or {}).get("role"),
-        "study_s": seconds, "wall_s": round(wall_s, 1),
-        "variables": summary.get("variables"),
-        "families": sorted({r["pattern"].split(":")[0] for r in results}),
-        "variants": sorted({r["variant"] for r in results}),
-        "readers": sorted({r["reader"] for r in results}),
-        "platforms": sorted({r["platform"] for r in results}),
-        "cases": len(results), "cases_ok": sum(1 for r in results if r.get("status") == "ok"),
-        "values_checked": len(checked), "values_equal": sum(1 for r in checked if r["checksum_ok"]),
-        "values_check": (summary.get("values_check") or {}).get("sentence"),
-        "choice": {p: c.get("variant") for p, c in (summary.get("choice") or {}).items()},
-        "recommendation": summary.get("recommendation"),
-        "failures": [i.get("error") or i.get("reason") for i in items if i["kind"] == "FAILURE"],
-    }
 
 
 def study(path: Path, workdir: Path, timeout: float) -> dict:
@@ -73,7 +47,7 @@ def study(path: Path, workdir: Path, timeout: float) -> dict:
             return {"file": path.name, "status": outcome["status"], "reason": outcome.get("reason")}
         pipeline.wait([outcome], timeout=timeout)
         items = pipeline.store.items(dataset=outcome["dataset_id"])
-        return study_row(items, path.name, time.perf_counter() - started)
+        return {**study_row(items, path.name), "wall_s": round(time.perf_counter() - started, 1)}
     finally:
         cloud.stop()
 

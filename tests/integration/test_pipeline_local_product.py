@@ -18,6 +18,7 @@ from shared_corpus import CORPUS
 from layoutlab.bench.patterns import get_pattern, values_digest
 from layoutlab.bench.readers import H5pyHandle
 from layoutlab.local.pipeline import LocalPipeline
+from layoutlab.report.study import study_row
 
 pytestmark = pytest.mark.slow
 
@@ -60,25 +61,12 @@ def runs(local_cloud):
 
 
 def _print_studies(pipeline, outcomes) -> None:
-    """Each product's study as the docs' table gives it (seen with ``pytest -s``): role, variables,
-    families, variants, the choice and the study's time from the RUN item (started -> finished)."""
-    import datetime
+    """Each product's study as the docs' table gives it (seen with ``pytest -s``)."""
     import json
 
     for name, outcome in outcomes.items():
-        items = pipeline.store.items(dataset=outcome.get("dataset_id"))
-        run = next((i for i in items if i["kind"] == "RUN"), {})
-        summary = next((i for i in items if i["kind"] == "SUMMARY"), {})
-        seconds = None
-        if run.get("started") and run.get("finished"):
-            seconds = (datetime.datetime.fromisoformat(run["finished"])
-                       - datetime.datetime.fromisoformat(run["started"])).total_seconds()
-        print("STUDY " + json.dumps({
-            "file": name, "status": run.get("status"), "role": run.get("kind_of_data"), "seconds": seconds,
-            "variables": summary.get("variables"), "variants": sorted({i["variant"] for i in items if i["kind"] == "RESULT"}),
-            "choice": {p: c.get("variant") for p, c in (summary.get("choice") or {}).items()},
-            "values_check": (summary.get("values_check") or {}).get("sentence"),
-            "recommendation": summary.get("recommendation")}, default=str), flush=True)
+        row = study_row(pipeline.store.items(dataset=outcome.get("dataset_id")), name)
+        print("STUDY " + json.dumps(row, default=str), flush=True)
 
 
 @pytest.fixture(params=[p.name for p in PRODUCTS] or ["none"])

@@ -1,0 +1,37 @@
+"""One dataset's study in a line, as the docs' product tables give it: status, role, variables, families,
+variants, cases, the values check, the choice per pattern and the study's time (the RUN item's started ->
+finished). Read from the dataset's items of the results table (RUN, SUMMARY, RESULT, FAILURE)."""
+
+from __future__ import annotations
+
+import datetime
+
+
+def study_seconds(run: dict) -> float | None:
+    """The RUN item's started -> finished, in seconds; None while it runs."""
+    if not (run.get("started") and run.get("finished")):
+        return None
+    return (datetime.datetime.fromisoformat(run["finished"])
+            - datetime.datetime.fromisoformat(run["started"])).total_seconds()
+
+
+def study_row(items: list[dict], name: str) -> dict:
+    run = next((i for i in items if i["kind"] == "RUN"), {})
+    summary = next((i for i in items if i["kind"] == "SUMMARY"), {})
+    results = [i for i in items if i["kind"] == "RESULT"]
+    checked = [r for r in results if r.get("checksum_ok") is not None]
+    return {
+        "file": name, "status": run.get("status"), "role": (run.get("structure") or {}).get("role"),
+        "seconds": study_seconds(run),
+        "variables": summary.get("variables"),
+        "families": sorted({r["pattern"].split(":")[0] for r in results}),
+        "variants": sorted({r["variant"] for r in results}),
+        "readers": sorted({r["reader"] for r in results}),
+        "platforms": sorted({r["platform"] for r in results}),
+        "cases": len(results), "cases_ok": sum(1 for r in results if r.get("status") == "ok"),
+        "values_checked": len(checked), "values_equal": sum(1 for r in checked if r["checksum_ok"]),
+        "values_check": (summary.get("values_check") or {}).get("sentence"),
+        "choice": {p: c.get("variant") for p, c in (summary.get("choice") or {}).items()},
+        "recommendation": summary.get("recommendation"),
+        "failures": [i.get("error") or i.get("reason") for i in items if i["kind"] == "FAILURE"],
+    }
