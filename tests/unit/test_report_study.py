@@ -27,3 +27,12 @@ def test_the_line_counts_cases_and_checked_values_and_times_the_study_from_its_r
 
 def test_a_study_still_running_has_no_time():
     assert study_row([{"kind": "RUN", "status": "RUNNING", "started": "2026-11-28T00:14:00+00:00"}], "f")["seconds"] is None
+
+
+def test_the_values_checked_are_the_summarys_comparison_with_the_original_where_there_is_one():
+    # a real product has no generated checksum (checksum_ok None); the summary compared 278 cases' values
+    items = [{"kind": "RUN", "status": "SUCCEEDED"},
+             {"kind": "SUMMARY", "values_check": {"checked": 278, "equal": 277, "sentence": "1 differs"}},
+             *[_result("box", "original", checked=None) for _ in range(3)]]
+    row = study_row(items, "ATL16.nc4")
+    assert (row["values_checked"], row["values_equal"], row["values_check"]) == (278, 277, "1 differs")
