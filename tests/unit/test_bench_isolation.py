@@ -36,6 +36,14 @@ def test_memory_limit_is_enforced():
     assert "memory limit of 1024 MB exceeded" in limited.error
 
 
+def test_hundreds_of_threads_at_once_fit_the_memory_limit_as_on_lambda():
+    # 300 threads of glibc's 8 MiB stacks reserve 2.4 GB: RLIMIT_DATA counted them all and refused the thread
+    # ("can't start new thread", h5coro's listing in the default-plan study), Lambda counts pages touched
+    for run in (run_isolated, run_forked):
+        result = run("layoutlab.bench.isolation:start_threads", 300, memory_mb=1769)
+        assert result.ok and result.result == 300, (run.__name__, result.error)
+
+
 def test_exceptions_become_errors_not_tracebacks():
     result = run_isolated("json:loads", "{not json")
     assert not result.ok and result.error_type == "JSONDecodeError"

@@ -37,9 +37,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+
+# RLIMIT_DATA counts each thread's whole stack reservation (glibc's default: 8 MiB), which Lambda's memory limit
+# (the pages a function touches) does not: h5coro, which starts a thread pool per group and per dataset, failed
+# "can't start new thread" in 1 case of 6 under 1769 MB with ~100 MB resident. Under a memory cap, Python threads
+# get stacks of this size (more than Python's own recursion limit needs; macOS gives 512 KiB).
+CAPPED_THREAD_STACK_BYTES = 1 << 20
 
 
 @dataclass
@@ -83,6 +90,18 @@ def describe_process(_payload=None) -> dict:
     """What an isolated task sees of itself (a smoke test for the dispatch path)."""
     return {"pid": os.getpid(), "ppid": os.getppid(), "cpus": sorted(os.sched_getaffinity(0)),
             "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0], "modules": len(sys.modules)}
+
+
+def start_threads(count: int) -> int:
+    """Start ``count`` Python threads that all run at once, as a reader's thread pools do; how many ran."""
+    barrier = threading.Barrier(int(count) + 1, timeout=60)
+    threads = [threading.Thread(target=barrier.wait) for _ in range(int(count))]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    for thread in threads:
+        thread.join()
+    return len(threads)
 
 
 def child_pythonpath(environ: dict[str, str]) -> str:
@@ -404,6 +423,7 @@ def run_in_this_process(request: dict, call, *, json_default=None,
     if request.get("memory_mb"):
         limit = int(request["memory_mb"]) * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        threading.stack_size(CAPPED_THREAD_STACK_BYTES)
     try:
         outcome = {"ok": True, "result": call(request)}
     except MemoryError as error:
