@@ -36,3 +36,11 @@ def test_the_values_checked_are_the_summarys_comparison_with_the_original_where_
              *[_result("box", "original", checked=None) for _ in range(3)]]
     row = study_row(items, "ATL16.nc4")
     assert (row["values_checked"], row["values_equal"], row["values_check"]) == (278, 277, "1 differs")
+
+
+def test_a_failure_is_named_by_its_case_and_reason_not_its_error_class():
+    items = [{"kind": "RUN", "status": "SUCCEEDED"},
+             {"kind": "FAILURE", "error": "States.TaskFailed", "detail": "original#open-list#h5coro#local-lambda#000",
+              "reason": "RuntimeError: can't start new thread"}]
+    assert study_row(items, "f")["failures"] == ["original#open-list#h5coro#local-lambda#000: RuntimeError: can't "
+                                                 "start new thread"]

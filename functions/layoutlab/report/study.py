@@ -37,5 +37,7 @@ def study_row(items: list[dict], name: str) -> dict:
         "values_check": check.get("sentence"),
         "choice": {p: c.get("variant") for p, c in (summary.get("choice") or {}).items()},
         "recommendation": summary.get("recommendation"),
-        "failures": [i.get("error") or i.get("reason") for i in items if i["kind"] == "FAILURE"],
+        # (a FAILURE's error is its class, e.g. States.TaskFailed; its reason says what happened)
+        "failures": [": ".join(str(x)[:400] for x in (i.get("detail"), i.get("reason") or i.get("error")) if x)
+                     for i in items if i["kind"] == "FAILURE"],
     }
