@@ -13,6 +13,10 @@ time (the RUN item's started -> finished), with the machine's load before and af
 
 A product that does not end SUCCEEDED is reported as such (its FAILURE items' reasons) and the script
 goes on to the next; the exit status is 1 if any did not succeed.
+
+    python benchmarks/bench_product_study.py --table benchmarks/results/bench_product_study.json
+
+prints the docs' table (docs/pipeline-and-plans.md) from such a JSON file, one row per study.
 """
 
 from __future__ import annotations
@@ -52,12 +56,46 @@ def study(path: Path, workdir: Path, timeout: float) -> dict:
         cloud.stop()
 
 
+def _short(name: str, width: int = 40) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def table(rows: list[dict]) -> str:
+    """The docs' table: one markdown row per study."""
+    lines = ["| file | role | variables read | families | variants measured | cases ok | values | choice "
+             "(lambda / fargate) | study time | load before -> after |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        names = sorted({v for joined in (row.get("variables") or {}).values() for v in joined.split(", ")})
+        choice = row.get("choice") or {}
+        lambdas = [c for p, c in choice.items() if "lambda" in p]
+        fargates = [c for p, c in choice.items() if "fargate" in p]
+        seconds = row.get("seconds")
+        lines.append("| " + " | ".join([
+            f"`{_short(row['file'])}`", str(row.get("role")), ", ".join(f"`{n}`" for n in names),
+            ", ".join(f for f in row.get("families", []) if f != "open-list"),
+            f"{len(row.get('variants', []))}: " + ", ".join(row.get("variants", [])),
+            f"{row.get('cases_ok')} of {row.get('cases')}" + (f" ({len(row['failures'])} FAILURE)"
+                                                               if row.get("failures") else ""),
+            str(row.get("values_check") or ""),
+            f"{'/'.join(lambdas) or '-'} / {'/'.join(fargates) or '-'}",
+            f"{row.get('status')} in {seconds / 60:.1f} min" if seconds else str(row.get("status")),
+            f"{(row.get('load_before') or ['?'])[0]} -> {((row.get('host') or {}).get('loadavg') or ['?'])[0]}",
+        ]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", nargs="+", type=Path, help="HDF5 / NetCDF-4 products to study")
+    parser.add_argument("files", nargs="*", type=Path, help="HDF5 / NetCDF-4 products to study")
+    parser.add_argument("--table", type=Path, help="print the docs' table from this JSON file of studies, and stop")
     parser.add_argument("--json", type=Path, help="append each product's row to this JSON file (a list)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for one study (default 3600)")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return 0
+    if not args.files:
+        parser.error("name the products to study (or --table FILE)")
     rows = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     failed = 0
     with tempfile.TemporaryDirectory(prefix="layoutlab-study-") as tmp:
