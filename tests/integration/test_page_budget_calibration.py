@@ -65,8 +65,11 @@ _MODEL_MISSES = {"GEDI02_B_2019108080338_O01964_T05337_02_001_01_sub.h5"}
     reason="page model misses the subset's unused input space", strict=False)) if p.name in _MODEL_MISSES else p
     for p in CORPUS], ids=[label(p) for p in CORPUS])
 def test_the_prediction_is_within_the_metadata_on_the_corpus(path, tmp_path):
+    # the smallest page (the model's largest errors: up to 23 pages of 4 KiB) and the pipeline's 1 MiB; every
+    # page size of the samples above, and 64 KiB / 8 MiB over the corpus in benchmarks/bench_page_budget.py
+    # (a repack per file and page size: four of them over ~130 files were 4-8 minutes of the suite)
     try:
-        rows = compare_with_repack(path, (4 * KiB, 64 * KiB, MiB, 8 * MiB), tmp_path)
+        rows = compare_with_repack(path, (4 * KiB, MiB), tmp_path)
     except UserError as error:  # a file the repack refuses with its reason (tests/integration/test_repack_corpus.py)
         pytest.skip(f"not repacked: {error}")
     for row in rows:
