@@ -103,6 +103,8 @@ class FakeHandlers:
             if function.startswith("fargate-") and self.ecs_capacity_failures > 0:
                 self.ecs_capacity_failures -= 1
                 raise error_named("AmazonECS.Unknown", "RESOURCE:FARGATE capacity is unavailable at this time")
+        if function == "plan" and event.get("phase") == "cases_of_made_variants":
+            return {**event["cases"], "undecided": None}  # every variant made: the list as planned
         if function == "plan" and event.get("phase") == "more_repetitions":
             next_round = event["cases"]["round"] + 1
             if next_round > self.rounds_wanted:
@@ -247,7 +249,8 @@ def test_undecided_comparisons_get_more_rounds_of_the_same_map_until_decided(pip
     assert status == "SUCCEEDED" and output == {"dataset_id": "ds1", "summary": "ok"}
     bench = [e["case_id"] for e in handlers.named("bench")]
     assert sorted(bench) == ["c0", "c0-r2", "c0-r3", "c1", "c1-r2", "c1-r3", "c2"]
-    asked = handlers.named("plan")[1:]
+    assert [e.get("phase") for e in handlers.named("plan")[:2]] == [None, "cases_of_made_variants"]
+    asked = handlers.named("plan")[2:]
     assert [e["phase"] for e in asked] == ["more_repetitions"] * 3  # after rounds 1, 2 and 3
     assert [e["cases"]["round"] for e in asked] == [1, 2, 3]
     assert asked[0]["repetitions"]["max_rounds"] == 4 and asked[0]["dataset_id"] == "ds1"
@@ -259,14 +262,14 @@ def test_undecided_comparisons_get_more_rounds_of_the_same_map_until_decided(pip
 def test_the_rounds_are_bounded_by_the_plans_schedule(pipeline):
     status, _output, handlers = pipeline(FakeHandlers(max_rounds=3, rounds_wanted=10))
     assert status == "SUCCEEDED"
-    assert [e["cases"]["round"] for e in handlers.named("plan")[1:]] == [1, 2]  # never asked after round 3
+    assert [e["cases"]["round"] for e in handlers.named("plan")[2:]] == [1, 2]  # never asked after round 3
     assert len(handlers.named("bench")) == 3 + 2 * 2
     assert handlers.named("summarize")[0]["plan"]["cases"]["round"] == 3
 
 
 def test_without_more_rounds_the_plan_is_not_asked_again(pipeline):
     _status, _output, handlers = pipeline(FakeHandlers())
-    assert [e.get("phase") for e in handlers.named("plan")] == [None]
+    assert [e.get("phase") for e in handlers.named("plan")] == [None, "cases_of_made_variants"]
 
 
 def test_a_failed_case_is_recorded_and_the_dataset_still_succeeds(pipeline):

@@ -5,9 +5,12 @@ while the run succeeds with no FAILURE item."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from layoutlab.convert.page_budget import choose_page_size
+from layoutlab.local import dispatch
 from layoutlab.local.pipeline import LocalPipeline
 from layoutlab.samples import atl03, geos
 
@@ -72,3 +75,22 @@ def test_a_grid_too_small_for_pages_is_skipped_not_failed_and_its_cases_are_not_
     assert variants["kerchunk-paged-auto"]["status"] == "SKIPPED"
     measured = {r["variant"] for r in _items(pipeline, outcome, "RESULT")}
     assert measured == {"original", "kerchunk-original"}
+
+
+def test_the_cases_of_the_skipped_variants_are_left_out_before_the_bench_and_the_run_says_so(run):
+    # each such case used to start a bench invocation that measured nothing (a Fargate task in AWS)
+    pipeline, files, outcomes, final = run
+    grid, granule = outcomes["grid"], outcomes["granule"]
+    [run_item] = _items(pipeline, grid, "RUN")
+    left_out = {entry["variant"]: entry for entry in run_item["cases_left_out"]}
+    assert set(left_out) == {"paged-auto", "kerchunk-paged-auto"}
+    assert left_out["paged-auto"]["cases"] == 2 and left_out["paged-auto"]["why"].startswith("paging skipped: the file")
+    assert left_out["kerchunk-paged-auto"]["cases"] == 1
+    assert left_out["kerchunk-paged-auto"]["why"].startswith("references over paged-auto, which was not made")
+    results = _items(pipeline, grid, "RESULT")
+    assert run_item["cases"] == len(results) == 3  # original x 2 readers, kerchunk-original: every case planned ran
+    body = pipeline.s3.get_object(Bucket=dispatch.OUTPUTS_BUCKET,
+                                  Key=f"runs/{grid['dataset_id']}/cases-of-made-variants.json")["Body"].read()
+    assert {case["variant"] for case in json.loads(body)} == {"original", "kerchunk-original"}
+    [granule_run] = _items(pipeline, granule, "RUN")
+    assert "cases_left_out" not in granule_run  # every variant made: the plan's list, unchanged

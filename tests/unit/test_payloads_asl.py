@@ -27,6 +27,7 @@ from layoutlab.pipeline.payloads import (
     ExecutionInput,
     ExecutionState,
     FailureInput,
+    MadeVariantsInput,
     MoreRepetitionsInput,
     PlanOutput,
     PlanState,
@@ -37,8 +38,9 @@ ASL = json.loads((Path(__file__).resolve().parents[2] / "stepfunctions" / "pipel
 # The payload each function's handler parses (handlers/*.py), by the ARN placeholder the ASL invokes.
 HANDLER_EVENT = {"${ConvertFunctionArn}": ConvertTask, "${BenchFunctionArn}": BenchCase,
                  "${RecordFailureFunctionArn}": FailureInput, "${SummarizeFunctionArn}": SummarizeInput}
-PLAN_EVENTS = {"Plan": ExecutionInput, "PlanMoreRepetitions": MoreRepetitionsInput}
-ANSWERS = {"Plan": PlanOutput, "PlanMoreRepetitions": CaseList}
+PLAN_EVENTS = {"Plan": ExecutionInput, "PlanMoreRepetitions": MoreRepetitionsInput,
+               "KeepCasesOfMadeVariants": MadeVariantsInput}
+ANSWERS = {"Plan": PlanOutput, "PlanMoreRepetitions": CaseList, "KeepCasesOfMadeVariants": CaseList}
 MAP_ITEMS = {"ConvertVariants": ConvertTask, "RechunkWorkUnits": ConvertTask, "PublishVariants": ConvertTask,
              "BenchCases": BenchCase}
 ANY = object()  # an untyped JSON object (the upload's source, an error): any path below it is carried, not read

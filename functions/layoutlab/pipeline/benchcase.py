@@ -49,9 +49,15 @@ def run_bench_case(case: BenchCase, *, store, emit=None) -> dict:
 def skipped_variant(case: BenchCase, store) -> str | None:
     """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto; or FAILURE:
     its conversion refused the file), or None."""
-    if case.variant == "original":
+    return variant_not_made(case.dataset_id, case.variant, store)
+
+
+def variant_not_made(dataset_id: str, variant: str, store) -> str | None:
+    """Why ``variant`` of the dataset was not made (SKIPPED or FAILURE VARIANT item), or None (made, or the
+    original, which is never converted)."""
+    if variant == "original":
         return None
-    item = store.get_variant(case.dataset_id, case.variant)
+    item = store.get_variant(dataset_id, variant)
     if item and item.get("status") == "FAILURE":  # (its FAILURE item says why; the case has nothing to read)
         return f"variant not made: {item.get('reason') or 'its conversion failed'}"
     return (item.get("reason") or "variant skipped") if item and item.get("status") == "SKIPPED" else None

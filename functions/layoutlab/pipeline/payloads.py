@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 PHASES = ("whole", "unit", "publish")
 MORE_REPETITIONS = "more_repetitions"
+CASES_OF_MADE_VARIANTS = "cases_of_made_variants"
 
 
 class PayloadError(ValueError):
@@ -278,6 +279,22 @@ class MoreRepetitionsInput:
         return cls(dataset_id=_field(event, what, "dataset_id", str),
                    cases=CaseList.from_event(_field(event, what, "cases", dict), f"{what}.cases"),
                    repetitions=Schedule.from_event(_field(event, what, "repetitions", dict), f"{what}.repetitions"))
+
+
+@dataclass(frozen=True)
+class MadeVariantsInput:
+    """The plan function's phase after the variants are converted: the first round's cases, to keep those of
+    the variants that were made."""
+
+    dataset_id: str
+    cases: CaseList
+    phase: str = CASES_OF_MADE_VARIANTS
+
+    @classmethod
+    def from_event(cls, event) -> MadeVariantsInput:
+        what = CASES_OF_MADE_VARIANTS
+        return cls(dataset_id=_field(event, what, "dataset_id", str),
+                   cases=CaseList.from_event(_field(event, what, "cases", dict), f"{what}.cases"))
 
 
 @dataclass(frozen=True)
