@@ -36,6 +36,23 @@ def run_task(kind: str, payload_text: str | None) -> dict:
         metrics.flush_metrics()
 
 
+def _record_case_failure(payload_text: str | None, error: Exception) -> None:
+    """The case's FAILURE item with the task's own reason: Step Functions hears only the container's exit,
+    and the record_failure step keeps this reason (pipeline/outcomes.py)."""
+    try:
+        from layoutlab.handlers._runtime import results_store
+        from layoutlab.pipeline.outcomes import FARGATE_TASK_RECORDED
+        from layoutlab.pipeline.payloads import BenchCase
+
+        case = BenchCase.from_event(json.loads(payload_text or "{}"))
+        said = str(error)
+        reason = said if said.startswith(f"{type(error).__name__}: ") else f"{type(error).__name__}: {said}"
+        results_store().put_failure(case.dataset_id, "bench", case.case_id, reason, error=type(error).__name__,
+                                    recorded_by=FARGATE_TASK_RECORDED)
+    except Exception as unrecorded:  # (the exit status still fails the case; its reason is then the platform's)
+        print(f"layoutlab task bench: the failure could not be recorded: {unrecorded}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else ""
@@ -51,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     except Exception as error:  # the task's exit status is its only channel back to Step Functions
         print(f"layoutlab task {kind}: {type(error).__name__}: {error}", file=sys.stderr)
+        if kind == "bench":
+            _record_case_failure(settings.value(PAYLOAD_ENV), error)
         return 1
     print(json.dumps(result, default=str))
     return 0

@@ -91,6 +91,11 @@ def about_variables(run: dict) -> dict:
     return {"by_pattern": by_pattern, "sentence": sentence or None}
 
 
+# A FAILURE item a Fargate bench task wrote before it exited (handlers/task.py): Step Functions hears only the
+# container's exit ("essential container exited with code 1"), so the item's own reason is kept.
+FARGATE_TASK_RECORDED = "fargate-task"
+
+
 def record_failure(failure: FailureInput, *, store) -> dict:
     """A FAILURE item from a caught Step Functions error ``{"Error", "Cause"}``."""
     stage, dataset_id, error = failure.stage, failure.dataset_id, failure.error
@@ -106,6 +111,10 @@ def record_failure(failure: FailureInput, *, store) -> dict:
     reason = (cause if str(cause).startswith(f"{name}: ") else f"{name}: {cause}").strip()
     if name in TIMEOUT_ERRORS:  # (the platform's words say neither what ran nor why it stopped)
         reason += f" (the {stage} step ran past its time limit and was stopped)"
+    if stage == "bench" and failure.case:  # a Fargate task wrote the case's own reason before it exited
+        written = store.get_failure(dataset_id, stage, detail)
+        if written and written.get("recorded_by") == FARGATE_TASK_RECORDED:
+            reason = f"{written['reason']} (the Fargate task exited: {reason})"
     url = _upload_url(failure.source)
     if url and url not in reason:  # every FAILURE names the upload (issue 36: a timeout named neither key nor reason)
         reason = f"{url}: {reason}"

@@ -261,6 +261,10 @@ class ResultsStore:
         )
 
     # -- reads --
+    def get_failure(self, dataset_id: str, stage: str, detail: str) -> dict | None:
+        item = self.table.get_item(Key={PK: dataset_pk(dataset_id), SK: f"FAILURE#{stage}#{detail}"}).get("Item")
+        return from_dynamo(item) if item else None
+
     def _pages(self, method, **kwargs) -> Iterator[dict]:
         while True:
             page = method(**kwargs)
