@@ -76,7 +76,7 @@ def table(rows: list[dict]) -> str:
             f"{len(row.get('variants', []))}: " + ", ".join(row.get("variants", [])),
             f"{row.get('cases_ok')} of {row.get('cases')}" + (f" ({len(row['failures'])} FAILURE)"
                                                                if row.get("failures") else ""),
-            str(row.get("values_check") or ""),
+            str(row.get("values_check") or "").split(" (not ranked)")[0],
             f"{'/'.join(lambdas) or '-'} / {'/'.join(fargates) or '-'}",
             f"{row.get('status')} in {seconds / 60:.1f} min" if seconds else str(row.get("status")),
             f"{(row.get('load_before') or ['?'])[0]} -> {((row.get('host') or {}).get('loadavg') or ['?'])[0]}",
