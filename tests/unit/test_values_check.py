@@ -67,3 +67,52 @@ def test_xarrays_decoded_values_are_compared_with_xarrays_read_of_the_original()
     assert (check["checked"], check["equal"]) == (4, 4)
     results.append(_result("paged-1MiB", "xarray-h5netcdf", "raw", repetition=1))
     assert check_against_original(results)["mismatches"][0]["reader"] == "xarray-h5netcdf"
+
+
+def _packed(variant, reader, digest, stored, dtypes):
+    record = _result(variant, reader, digest)
+    record["result_summary"].update({"values_stored_sha256": stored, "values_dtypes": dtypes})
+    return record
+
+
+def test_the_same_packed_integers_decoded_at_another_precision_are_equal_and_named():
+    results = [_packed("original", "xarray-h5netcdf", "f32", "ints", ["float32"]),
+               _packed("zarr-rows100", "xarray-zarr", "f64", "ints", ["float64"]),
+               _packed("icechunk-virtual", "xarray-icechunk", "f64", "other ints", ["float64"])]
+    check = check_against_original(results)
+    assert [r["checksum_ok"] for r in results] == [True, True, False]
+    assert [m["variant"] for m in check["mismatches"]] == ["icechunk-virtual"]
+    assert [p["variant"] for p in check["precision"]] == ["zarr-rows100"]
+    assert ("decode the same stored integers at another precision: xarray-zarr on zarr-rows100 (float64 where "
+            "the original gives float32)") in check["sentence"]
+
+
+def test_xarray_packs_back_the_same_integers_from_a_netcdf_original_and_its_zarr_copy(tmp_path):
+    """GOES GLM's event_lat: int16 with float32 scale_factor / add_offset. xarray decodes the HDF5 original to
+    float32 and a Zarr copy (JSON attributes) to float64: the decoded digests differ, the packed-back ones not;
+    one integer changed in the copy changes them."""
+    import numpy as np
+    import xarray as xr
+
+    from layoutlab.bench.patterns import values_digest
+    from layoutlab.bench.readers import _XarrayArray
+
+    rng = np.random.default_rng(3)
+    raw = rng.integers(-32000, 32000, 5000).astype("i2")
+    raw[7] = -1
+    attrs = {"scale_factor": np.float32(0.0022), "add_offset": np.float32(16.0), "_FillValue": np.int16(-1)}
+    ds = xr.Dataset({"lat": ("n", raw, attrs)})
+    ds.to_netcdf(tmp_path / "orig.nc", engine="h5netcdf")
+    original = xr.open_dataset(tmp_path / "orig.nc", engine="h5netcdf")
+    xr.open_dataset(tmp_path / "orig.nc", engine="h5netcdf", mask_and_scale=False).to_zarr(tmp_path / "copy.zarr",
+                                                                                          zarr_format=3)
+    copy = xr.open_zarr(tmp_path / "copy.zarr", consolidated=False)
+    a, b = _XarrayArray(original["lat"]), _XarrayArray(copy["lat"])
+    got_a, got_b = a[:], b[:]
+    assert (got_a.dtype, got_b.dtype) == (np.float32, np.float64)
+    assert values_digest([got_a]) != values_digest([got_b])
+    assert values_digest([a.as_stored(got_a)]) == values_digest([b.as_stored(got_b)])
+    assert np.isnan(a.as_stored(got_a)[7])
+    changed = got_b.copy()
+    changed[100] += 0.0022
+    assert values_digest([a.as_stored(got_a)]) != values_digest([b.as_stored(changed)])

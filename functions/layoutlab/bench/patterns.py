@@ -420,6 +420,20 @@ def values_digest(values) -> str:
     return digest.hexdigest()
 
 
+def _packed_back(handle, selection: Selection, loaded: Loaded) -> list | None:
+    """What a decoding reader (xarray) read, packed back into the stored integers, read by read; None when
+    no read is of a packed variable, or a read is a mean (a mean has no stored integers)."""
+    packed, any_packed = [], False
+    for read, got in zip(selection.reads, loaded.values):
+        array = handle.array(read.path)
+        stored = array.as_stored(got) if hasattr(array, "as_stored") else None
+        if stored is not None and read.mean_axes is not None:
+            return None
+        any_packed |= stored is not None
+        packed.append(got if stored is None else stored)
+    return packed if any_packed else None
+
+
 def check_values(handle, selection: Selection, loaded: Loaded, seed: int | None = None) -> bool | None:
     """True/False when the values could be regenerated from the source, None otherwise."""
     if not selection.reads:
@@ -430,6 +444,10 @@ def check_values(handle, selection: Selection, loaded: Loaded, seed: int | None 
         # any other file: its values cannot be regenerated; their digest goes into the record (after the
         # timed region, as this check does) for the values of every variant to be compared with the original's
         loaded.summary["values_sha256"] = values_digest(loaded.values)
+        loaded.summary["values_dtypes"] = sorted({str(np.asarray(value).dtype) for value in loaded.values})
+        stored = _packed_back(handle, selection, loaded)
+        if stored is not None:
+            loaded.summary["values_stored_sha256"] = values_digest(stored)
         return None
     if seed is None:
         seed = int(attrs.get("seed", 0)) if kind == "atl03" else 0

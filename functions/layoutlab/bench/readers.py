@@ -187,16 +187,24 @@ class _XarrayArray:
         """The whole array in its stored units (CF scale_factor / add_offset undone, rounded back to the stored
         integer type): a plan's row range is given in stored units, as h5py reads them (GLM's int16 event_lat)."""
         values = np.asarray(self._da.values)
+        stored = self.as_stored(values)
+        return values if stored is None else stored
+
+    def as_stored(self, values):
+        """``values`` read from this variable, packed back into its stored integers (scale_factor / add_offset
+        undone, rounded, wrapped to the stored type as h5py's view does: GLM's _Unsigned int16 latitudes are
+        negative numbers to h5py) as float64 with xarray's NaN fill kept; None for a variable not packed.
+
+        The same stored integers decode to float32 from an HDF5 original (float32 attributes) and to float64
+        from a Zarr or Icechunk copy (JSON attributes): packed back, both give the integers the copy holds."""
         encoding = self._da.encoding
         scale, offset = encoding.get("scale_factor"), encoding.get("add_offset")
         if scale is None and offset is None:
-            return values
-        values = (values - (offset or 0)) / (scale if scale is not None else 1)
+            return None
+        values = (np.asarray(values, dtype="f8") - (offset or 0)) / (scale if scale is not None else 1)
         stored = np.dtype(encoding.get("dtype", values.dtype))
         if stored.kind not in "iu":
             return values
-        # back to the stored integer type through int64 (wrapping as h5py's view does: GLM's _Unsigned int16
-        # latitudes are negative numbers to h5py); fill values xarray made NaN stay NaN
         out = np.full(values.shape, np.nan)
         valid = np.isfinite(values)
         out[valid] = np.round(values[valid]).astype("i8").astype(stored)
