@@ -763,11 +763,22 @@ class IcechunkReader(Reader):
         return ZarrHandle("zarr", group, settings, [])
 
 
+# h5coro 1.0.7 reads a contiguous dataset's hyperslice from the dataset's first byte for the slice's length, then
+# cuts the slice at its offset out of that short buffer: rows not starting at 0 come back as zeros (ARM's
+# time series, tests/unit/test_h5coro_contiguous.py). Rows [start, stop) of such a dataset are read as [0, stop)
+# and cut here: the values are right, the bytes counted are the ones h5coro then reads, and the record says so.
+H5CORO_CONTIGUOUS_FROM_ROW_0 = ("h5coro 1.0.7 returns zeros for a contiguous dataset's rows not starting at 0: "
+                                "those rows are read from row 0 and cut in numpy")
+
+
 class _H5coroArray:
     """Slicing of one h5coro dataset: rows along axis 0 through a hyperslice, the rest in numpy."""
 
-    def __init__(self, h5obj, path):
+    CONTIGUOUS_LAYOUT = 1  # (h5coro's H5Dataset.CONTIGUOUS_LAYOUT)
+
+    def __init__(self, h5obj, path, settings: dict | None = None):
         self._h5 = h5obj
+        self._settings = settings if settings is not None else {}
         self.path = "/" + path.strip("/")
         self._key = path.strip("/")  # h5coro's promise names datasets without the leading slash
         promise = h5obj.readDatasets([{"dataset": self.path, "hyperslice": []}], metaOnly=True)
@@ -775,6 +786,7 @@ class _H5coroArray:
         if meta is None or meta.type is None:
             raise KeyError(f"{path} is not a dataset")
         self.shape = tuple(int(n) for n in meta.dimensions)
+        self._contiguous = meta.layout == self.CONTIGUOUS_LAYOUT
         probe = self._read([(0, min(1, self.shape[0]))] if self.shape else [])
         self.dtype = np.asarray(probe).dtype
 
@@ -790,18 +802,23 @@ class _H5coroArray:
         first = index[0] if index else slice(None)
         if isinstance(first, slice) and first.step in (None, 1):
             start, stop, _ = first.indices(self.shape[0])
-            rows = self._read([(start, max(start, stop))] + [(0, n) for n in self.shape[1:]])
-            return rows[(slice(None),) + tuple(index[1:])]
+            return self._rows(start, max(start, stop))[(slice(None),) + tuple(index[1:])]
         if isinstance(first, (int, np.integer)):
             i = int(first) % self.shape[0]
-            rows = self._read([(i, i + 1)] + [(0, n) for n in self.shape[1:]])
-            return rows[(0,) + tuple(index[1:])]
+            return self._rows(i, i + 1)[(0,) + tuple(index[1:])]
         return self._read([])[index]
+
+    def _rows(self, start: int, stop: int):
+        rest = [(0, n) for n in self.shape[1:]]
+        if self._contiguous and start > 0:
+            self._settings["contiguous_rows"] = H5CORO_CONTIGUOUS_FROM_ROW_0
+            return self._read([(0, stop)] + rest)[start:]
+        return self._read([(start, stop)] + rest)
 
 
 class H5coroHandle(Handle):
     def array(self, path):
-        return _H5coroArray(self.root, path)
+        return _H5coroArray(self.root, path, self.settings)
 
     def attrs(self):
         _links, attributes, _meta = self.root.inspectPath("/")
