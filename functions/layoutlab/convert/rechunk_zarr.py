@@ -52,6 +52,8 @@ from layoutlab import settings
 from layoutlab.bounded_decoding import within
 from layoutlab.convert import rechunk_plan as planner
 from layoutlab.convert.heap import set_malloc_thresholds
+from layoutlab.convert.phony_dims import HDF5_READ_ERRORS as _HDF5_READ_ERRORS
+from layoutlab.convert.phony_dims import phony_dimension_names
 from layoutlab.errors import DAMAGED_HDF5_ERRORS, BadInputFile, UserError, damaged_reason, raised_by_h5py
 from layoutlab.storage import S3Location, is_s3_url
 from layoutlab.units import parse_size  # the one size parser; benchmarks/ call it from here
@@ -432,7 +434,6 @@ def _describe_zarr(src: str) -> dict:
     return {"arrays": arrays, "groups": {"": global_attrs}, "skipped": skipped}
 
 
-_HDF5_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, AttributeError)
 
 
 class _AttrView:
@@ -668,62 +669,7 @@ def _dimensions(f, path, ds, is_scale, dimids, paths, phony) -> tuple[tuple[str,
     if is_scale and ds.ndim == 1:
         return (path.rsplit("/", 1)[-1],), (own,)
     # No dimension scales: h5netcdf's phony dimensions (phony_dims="sort"), as xarray names them.
-    group, _, name = path.rpartition("/")
-    if "nc" not in phony:
-        import h5netcdf
-
-        try:
-            phony["nc"] = h5netcdf.File(f, "r", phony_dims="sort")
-        except _HDF5_READ_ERRORS:
-            phony["nc"] = None
-    try:
-        node = phony["nc"][group] if group else phony["nc"]
-        if "DIMENSION_LIST" not in attrs:  # every axis unlabeled: h5netcdf's naming, from a per-group index
-            return _phony_dimensions(node, group, name, ds.shape, phony), (None,) * ds.ndim
-        return tuple(node.variables[name].dimensions), (None,) * ds.ndim
-    except (*_HDF5_READ_ERRORS, IndexError):
-        # h5netcdf cannot open this file or group (an external or broken link, a committed
-        # type it does not know): name them the same way, by size, per group, in our own count.
-        seen: dict[int, int] = {}
-        names = []
-        for n in ds.shape:
-            k = seen.get(n, 0)
-            seen[n] = k + 1
-            key = (group, n, k)
-            if key not in phony:
-                phony[key] = f"phony_dim_{sum(1 for x in phony if isinstance(x, tuple))}"
-            names.append(phony[key])
-        return tuple(names), (None,) * ds.ndim
-
-
-def _phony_dimensions(node, group: str, name: str, shape, phony: dict) -> tuple[str, ...]:
-    """The names h5netcdf gives the axes of a variable with no dimension scales (phony_dims="sort").
-
-    h5netcdf's own lookup lists the group's dimensions of the axis's size for every axis of every
-    variable, reading each dimension's size each time: quadratic in the group's dimensions (1,000
-    datasets of 1,000 sizes took 9 s of a rechunk's plan). The same rule, from one index per group:
-    the n-th axis of a size is the group's n-th dimension of that size, in the group's order; a
-    variable named like a visible dimension is that dimension.
-    """
-    index = phony.setdefault("group_dimensions", {})
-    if group not in index:
-        by_size: dict[int, list[str]] = {}
-        for dimension in node.dimensions.values():
-            by_size.setdefault(dimension.size, []).append(dimension.name.split("/")[-1])
-        visible, ancestor = set(), node
-        while ancestor is not None:
-            visible.update(ancestor.dimensions)
-            ancestor = ancestor.parent if ancestor.parent is not ancestor else None
-        index[group] = (by_size, visible)
-    by_size, visible = index[group]
-    if name in visible:
-        return (name,)
-    seen: dict[int, int] = {}
-    names = []
-    for n in shape:
-        names.append(by_size[n][seen.get(n, 0)])
-        seen[n] = seen.get(n, 0) + 1
-    return tuple(names)
+    return phony_dimension_names(f, path, ds, phony), (None,) * ds.ndim
 
 
 def _data_kind(ds) -> tuple[str, str | None]:

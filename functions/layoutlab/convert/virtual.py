@@ -221,7 +221,7 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
     """Walk the HDF5 file at ``local_path``; references point at ``url`` (the object as read in the cloud)."""
     import h5py
     from obspec_utils.readers import BlockStoreReader  # noqa: F401  (the parser's module needs it importable)
-    from virtualizarr.parsers.hdf.hdf import _construct_manifest_array
+    from virtualizarr.parsers.hdf.hdf import _construct_manifest_array, _find_non_coord_dimension_vars
 
     from layoutlab.hdf5_input import data_outside_file, open_input
 
@@ -233,13 +233,18 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
     with f, warnings.catch_warnings(), scale_names_from_one_walk(f):
         warnings.simplefilter("ignore")  # zarr's "no Zarr V3 specification" warnings for fixed-length bytes
         layout.groups[""] = _attrs(f)
+        # netCDF-4 dimensions without a variable are dimension scales that store nothing (GOES GLM's
+        # number_of_events: length 0 while its variables hold 18,361): not variables, as VirtualiZarr's own
+        # open drops them (the same function), else xarray sees the dimension twice with two lengths
+        dimension_only = {name for name in _find_non_coord_dimension_vars(f)}
 
         def visit(name, obj):
             path = name.strip("/")
             if isinstance(obj, h5py.Group):
                 layout.groups[path] = _attrs(obj)
+                dimension_only.update(f"{path}/{n}" for n in _find_non_coord_dimension_vars(obj))
                 return
-            if not isinstance(obj, h5py.Dataset):
+            if not isinstance(obj, h5py.Dataset) or path in dimension_only:
                 return
             outside = data_outside_file(obj)
             if outside is not None:  # neither referenced (no chunk of the upload holds it) nor inlined (not read)
@@ -299,6 +304,8 @@ def scale_names_from_one_walk(f):
     import h5py
     from virtualizarr.parsers.hdf import hdf
 
+    from layoutlab.convert.phony_dims import phony_dimension_names
+
     paths: dict[int, str] = {}
 
     def remember(name, obj):
@@ -311,6 +318,8 @@ def scale_names_from_one_walk(f):
         path = paths.get(h5py.h5o.get_info(scale.id).addr)
         return path if path is not None else str(scale.name)
 
+    phony: dict = {}
+
     def dataset_dims(dataset, group: str = "/") -> list[str]:
         dims: list[str] = []
         for n in range(len(dataset.shape)):
@@ -321,8 +330,8 @@ def scale_names_from_one_walk(f):
             elif num_scales > 1:
                 raise ValueError(f"{dataset.name} has {num_scales} dimension scales attached to "
                                  f"dimension #{n}; require exactly 1")
-            elif num_scales == 0:
-                dims.append(f"phony_dim_{n}")
+            elif num_scales == 0:  # (VirtualiZarr: phony_dim_<n>; here h5netcdf's names, see phony_dims)
+                dims.append(phony_dimension_names(f, str(dataset.name).strip("/"), dataset, phony)[n])
         return [dim.removeprefix(group).removeprefix("/") for dim in dims]
 
     stock = hdf._dataset_dims
