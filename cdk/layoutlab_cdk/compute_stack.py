@@ -277,7 +277,8 @@ class ComputeStack(Stack):
 
     def _ingest_permissions(self, role: iam.IRole) -> None:
         self._read_inputs(role, [INGEST_PREFIX, PLANS_PREFIX])
-        # the ingest queue's event source (pipeline stack) receives and deletes with this role
+        # the ingest queue's event source (pipeline stack) receives and deletes with this role; the handler sets a
+        # refused upload's visibility (a product at its bound: handlers/ingest.py, GetQueueUrl + ChangeMessageVisibility)
         policy.allow(role, ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
                             "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
                      [f"arn:{Aws.PARTITION}:sqs:{Aws.REGION}:{Aws.ACCOUNT_ID}:{ingest_queue_name(self.config)}"])

@@ -54,6 +54,23 @@ def test_the_execution_end_gives_the_slot_back_from_summarize_and_from_record_fa
     assert concurrency.running(store, "P") == 0  # a repeated record_failure gives back nothing more
 
 
+def test_an_upload_waits_in_the_queue_holding_no_slot_while_its_products_study_is_full(store):
+    """Its execution would wait in the plan step's retry for the decision, holding a slot the study or a
+    production granule could use; now ingest refuses it (a longer delay than a busy bound's) and takes nothing."""
+    plan = {"products": {"study_granules": 1, "max_concurrent_executions": 3}}
+    settings = state.ProductSettings.from_plan(plan)
+    assert concurrency.take_upload_slot(store, "incoming/P/a.h5", {}, plan, "a") == "P"  # (no PRODUCT item yet)
+    assert state.admit(store, "P", "a", size=1000, signature=None, named_by="uploader", settings=settings).role == "study"
+    with pytest.raises(concurrency.ProductBusy, match="study granules \\(a\\) are not decided yet") as busy:
+        concurrency.take_upload_slot(store, "incoming/P/b.h5", {}, plan, "b")
+    assert busy.value.retry_after_s == concurrency.STUDYING_RETRY_S > concurrency.BUSY_RETRY_S
+    assert concurrency.running(store, "P") == 1  # a's slot alone
+    assert concurrency.take_upload_slot(store, "incoming/P/a.h5", {}, plan, "a") == "P"  # the study granule again
+    state.set_decision(store, "P", {"variant": "paged-1MiB"}, event="decided", by="test", reason="test")
+    assert concurrency.take_upload_slot(store, "incoming/P/b.h5", {}, plan, "b") == "P"
+    assert concurrency.running(store, "P") == 2
+
+
 def test_peak_concurrency_counts_open_intervals():
     assert concurrency.peak_concurrency([]) == 0
     assert concurrency.peak_concurrency([(0, 2), (1, 3), (2, 4)]) == 2  # a slot given back as another is taken
@@ -101,13 +118,17 @@ HANDLER_RUN = textwrap.dedent('''
             f["v"] = np.arange(100, dtype="f4")
         body = open(sys.argv[1], "rb").read()
         from layoutlab.pipeline.events import eventbridge_object_created
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="ingest", Attributes={"VisibilityTimeout": "600"})["QueueUrl"]
         records = []
         for i in range(3):
             key = f"incoming/P/g{i}.h5"
             r = s3.put_object(Bucket="ingest", Key=key, Body=body, Metadata={"layoutlab-plan": "two"})
             event = eventbridge_object_created("ingest", key, version_id=r["VersionId"], etag=r["ETag"].strip('"'),
                                                size=len(body), sequencer=f"{i:020X}")
-            records.append({"messageId": f"m{i}", "receiptHandle": f"h{i}", "body": json.dumps(event),
+            sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(event))
+            [message] = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=1)["Messages"]
+            records.append({"messageId": f"m{i}", "receiptHandle": message["ReceiptHandle"], "body": json.dumps(event),
                             "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
                             "md5OfBody": "", "eventSource": "aws:sqs", "awsRegion": "us-east-1",
                             "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:ingest"})
@@ -120,8 +141,16 @@ HANDLER_RUN = textwrap.dedent('''
 
         from layoutlab.handlers import ingest
         from layoutlab.products import concurrency
+        concurrency.BUSY_RETRY_S = 2  # (the refused record's delay, instead of the queue's 600 s)
         out = {"first": ingest.handler({"Records": records}, Context())}
         out["running"] = concurrency.running(store, "P")
+        # the refused record (only) is delivered again after about that delay (jittered: 1 to 3 s)
+        import time
+        waited, again = time.monotonic(), []
+        while not again and time.monotonic() - waited < 8:
+            again = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        out["redelivered"] = [json.loads(m["Body"])["detail"]["object"]["key"] for m in again]
+        out["redelivered_after_s"] = time.monotonic() - waited
         try:
             ingest.handler({"Records": records[2:]}, Context())  # still busy: the whole batch fails
             out["all_failed"] = None
@@ -152,6 +181,7 @@ def test_ingest_answers_an_sqs_batch_with_the_records_over_the_products_bound(tm
     out = json.loads(lines[-1].removeprefix("RESULT "))
     assert out["first"] == {"batchItemFailures": [{"itemIdentifier": "m2"}]}
     assert out["running"] == 2
+    assert out["redelivered"] == ["incoming/P/g2.h5"] and out["redelivered_after_s"] < 8  # not after 600 s
     assert out["all_failed"] == "BatchProcessingError"  # Lambda retries the whole batch
     assert out["again"] == {"batchItemFailures": []}
     assert out["executions"] == 3 and out["running_after"] == 2

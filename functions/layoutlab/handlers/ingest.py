@@ -2,7 +2,9 @@
 
 Deployed behind a queue (S3 -> EventBridge rule -> SQS -> this function, batches): an SQS batch is answered with
 ``batchItemFailures`` naming the records that started nothing yet — a product over its bound of executions at
-once (``ProductBusy``) or an AWS error — so the queue delivers those again later and deletes the rest. A direct
+once, or its study full and undecided (``ProductBusy``: the record comes back after the delay it names,
+not after the queue's visibility timeout) or an AWS error — so the queue delivers those again later and
+deletes the rest. A direct
 EventBridge or S3 event (the rule's Lambda target in older deployments, tests) is still accepted.
 """
 
@@ -72,7 +74,28 @@ def _ingest_ref(ref) -> dict:
 
 def _ingest_queue_record(record) -> list[dict]:
     """One SQS record (an EventBridge event in its body); raising marks it a batch item failure."""
-    return [_ingest_ref(ref) for ref in objects_in_event(json.loads(record.body))]
+    try:
+        return [_ingest_ref(ref) for ref in objects_in_event(json.loads(record.body))]
+    except concurrency.ProductBusy as busy:
+        _deliver_again_in(record, busy.retry_after_s)
+        raise
+
+
+def _deliver_again_in(record, seconds: float) -> None:
+    """The refused record comes back after ``seconds`` (jittered: uploads refused together do not all come back
+    together) instead of the queue's visibility timeout. Best effort: on an error the timeout applies."""
+    import random
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    _, _, _, region, account, name = record.event_source_arn.split(":", 5)  # arn:aws:sqs:REGION:ACCOUNT:NAME
+    try:
+        sqs = boto3.client("sqs", region_name=region)
+        url = sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record.receipt_handle,
+                                      VisibilityTimeout=max(1, round(seconds * random.uniform(0.5, 1.5))))
+    except (BotoCoreError, ClientError) as error:
+        logger.warning("the refused record's visibility was left to the queue's timeout", extra={"error": str(error)})
 
 
 def _is_sqs_batch(event) -> bool:

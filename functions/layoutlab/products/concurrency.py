@@ -29,8 +29,21 @@ RUNNING_SK = "RUNNING"
 EXECUTION_SK = "EXECUTION#"
 
 
+# How long a refused upload stays out of sight in the queue before it is delivered again (the ingest handler
+# sets its message's visibility, jittered): about a production granule's execution for a product at its bound;
+# longer while the product's study granules are measured (a study takes minutes). Without it a refused upload
+# waited the queue's whole visibility timeout (6 x ingest's timeout in AWS), and a slot freed meanwhile idled.
+BUSY_RETRY_S = 5
+STUDYING_RETRY_S = 30
+
+
 class ProductBusy(Exception):
-    """The product runs as many executions as its plan allows: this upload waits in the queue."""
+    """The product runs as many executions as its plan allows, or its study is full and undecided: this upload
+    waits in the queue for ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = BUSY_RETRY_S if retry_after_s is None else retry_after_s
 
 
 @dataclass(frozen=True)
@@ -92,8 +105,23 @@ def take_upload_slot(store, key: str, metadata: dict, plan: dict, dataset_id: st
         return None  # an invalid name: the plan step refuses the granule with its reason, as before
     if product is None:
         return None
+    _refuse_while_the_study_is_full(store, product, dataset_id)
     acquire(store, product, dataset_id, state.ProductSettings.from_plan(plan).max_concurrent_executions)
     return product
+
+
+def _refuse_while_the_study_is_full(store, product: str, dataset_id: str) -> None:
+    """ProductBusy when the product's study granules are all taken and not decided yet: the plan step would
+    make this granule wait for the decision (``state.admit``'s ProductStudying, retried with backoff) while its
+    execution held one of the product's slots; it waits in the queue instead, holding nothing."""
+    from layoutlab.products import state
+
+    item = state.get_product(store, product)
+    if not item or item.get("state") != state.STUDYING or dataset_id in (item.get("studying") or []):
+        return
+    if int(item.get("study_slots", 0)) >= int(item.get("study_granules", 0) or 0) > 0:
+        raise ProductBusy(f"product {product!r}: its study granules ({', '.join(item.get('studying') or [])}) "
+                          f"are not decided yet; {dataset_id} waits in the queue", retry_after_s=STUDYING_RETRY_S)
 
 
 def release(store, product: str, dataset_id: str, *, clock=time.time) -> bool:
