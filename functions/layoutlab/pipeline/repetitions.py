@@ -16,7 +16,11 @@ pattern and platform, and the original's it is compared against, with every
 reader each was read with successfully (a reader that failed there is not run
 again: it has nothing to add to the comparison) — which reader is best is itself a median of the
 repetitions, and one reader given more repetitions than another would make that
-choice (and the comparison after it) swing from round to round. Repetition
+choice (and the comparison after it) swing from round to round. But a reader out of
+that race is not run again either: one whose fastest time is slower than the best
+reader's slowest by more than the resolution (ICESat-2 ATL06's open-list: h5coro's
+55 s and xarray's 35 s beside h5py's 1.5 s; 1,000 of a 2,000-s study went to such
+repetitions, which no round could make the best). Repetition
 indexes continue where the last round stopped, so every RESULT key stays unique.
 """
 
@@ -60,10 +64,23 @@ def undecided(records: list[dict], resolution: float) -> list[dict]:
     return [c for c in comparisons(records, resolution) if not c["decided"]]
 
 
-def cases_to_repeat(first_round: list[BenchCase], open_comparisons: list[dict], records: list[dict]) -> list[BenchCase]:
+def in_the_race(walls: dict[tuple, list[float]], resolution: float) -> set[tuple]:
+    """The (platform, pattern, variant, reader) whose reader may still be the best of its variant there: its
+    fastest time is no slower than the best reader's (by median) slowest time, give or take ``resolution``."""
+    best = decision.best_readers({key: sorted(values)[len(values) // 2] for key, values in walls.items()})
+    racing = set()
+    for (platform, pattern, variant, reader), values in walls.items():
+        _, leader = best[(platform, pattern, variant)]
+        if min(values) <= max(walls[(platform, pattern, variant, leader)]) * (1 + resolution):
+            racing.add((platform, pattern, variant, reader))
+    return racing
+
+
+def cases_to_repeat(first_round: list[BenchCase], open_comparisons: list[dict], records: list[dict],
+                    resolution: float = 0.0) -> list[BenchCase]:
     """The cases of the first round (repetition 0) behind ``open_comparisons``, every reader of both
-    sides that ``records`` hold a good result of, in the round's order."""
-    measured = set(decision.walls_by_key(records))  # (platform, pattern, variant, reader)
+    sides that ``records`` hold a good result of and that may still be its side's best, in the round's order."""
+    measured = in_the_race(decision.walls_by_key(records), resolution)  # (platform, pattern, variant, reader)
     wanted = set()
     for c in open_comparisons:
         wanted.add((c["variant"], c["pattern"], c["platform"]))
@@ -81,7 +98,7 @@ def cases_to_repeat(first_round: list[BenchCase], open_comparisons: list[dict], 
 def next_round_cases(first_round: list[BenchCase], open_comparisons: list[dict], records: list[dict],
                      schedule: Schedule, round_number: int) -> list[BenchCase]:
     """Round ``round_number``'s cases: repetitions are the outer loop, as in the first round."""
-    templates = cases_to_repeat(first_round, open_comparisons, records)
+    templates = cases_to_repeat(first_round, open_comparisons, records, schedule.resolution)
     return [plans.repeat_case(case, repetition)
             for repetition in plans.round_repetitions(schedule, round_number) for case in templates]
 
