@@ -30,7 +30,7 @@ def measure(case: BenchCase) -> dict:
 
 
 def run_bench_case(case: BenchCase, *, store, emit=None) -> dict:
-    skipped = skipped_variant(case, store)
+    skipped = variant_not_made(case.dataset_id, case.variant, store)
     if skipped:  # its variant was not made (paging "auto" that could not help): nothing to measure, no failure
         return {"case_id": case.case_id, "skipped": skipped}
     record = measure(case)
@@ -44,12 +44,6 @@ def run_bench_case(case: BenchCase, *, store, emit=None) -> dict:
     if emit is not None:
         emit_case_metrics(emit, record)
     return {"case_id": case.case_id, "wall_s": record.get("wall_s"), "requests": record.get("requests")}
-
-
-def skipped_variant(case: BenchCase, store) -> str | None:
-    """Why the case's variant was not made (its VARIANT item is SKIPPED: convert step, page_size auto; or FAILURE:
-    its conversion refused the file), or None."""
-    return variant_not_made(case.dataset_id, case.variant, store)
 
 
 def variant_not_made(dataset_id: str, variant: str, store) -> str | None:
