@@ -129,14 +129,15 @@ def _files_with_dimension_scales(tmp_path):
         yield from ([path] if path.is_file() else sorted(p for p in path.glob("*") if p.suffix in (".nc", ".h5")))
 
 
-def test_dimension_names_from_one_walk_are_virtualizarrs_own_but_phony_axes_named_as_xarray_names_them(tmp_path):
-    """scale_names_from_one_walk (a table of paths instead of H5Iget_name per scale) names every
-    dimension of every dataset as VirtualiZarr's _dataset_dims does, but an axis without a dimension scale:
-    that one has the name h5netcdf (xarray) gives it, not VirtualiZarr's ``phony_dim_<axis>``."""
+def test_dimension_names_from_one_walk_are_the_names_xarray_gives_the_original(tmp_path):
+    """scale_names_from_one_walk (a table of paths instead of H5Iget_name per scale) names every axis as
+    h5netcdf (xarray) names it in the original: VirtualiZarr's own names but for an axis without a dimension
+    scale (``phony_dim_<axis>`` there) and a scale of an enclosing group (its path there, its name here);
+    where h5netcdf cannot open the file, VirtualiZarr's names (phony ones by size, in our own count)."""
     import h5netcdf
     from virtualizarr.parsers.hdf import hdf
 
-    stock, compared, phony_axes = hdf._dataset_dims, 0, 0
+    stock, compared, renamed = hdf._dataset_dims, 0, 0
     for path in _files_with_dimension_scales(tmp_path):
         try:
             f = h5py.File(path, "r")
@@ -144,7 +145,7 @@ def test_dimension_names_from_one_walk_are_virtualizarrs_own_but_phony_axes_name
             continue  # (not HDF5: a netCDF-3 file of the corpus)
         try:
             nc = h5netcdf.File(path, "r", phony_dims="sort")
-        except (KeyError, ValueError, OSError):  # (h5netcdf cannot open it: our own count, by size)
+        except (KeyError, ValueError, OSError):  # (h5netcdf cannot open it)
             nc = None
         with f, (nc if nc is not None else contextlib.nullcontext()):
             datasets = []
@@ -153,19 +154,21 @@ def test_dimension_names_from_one_walk_are_virtualizarrs_own_but_phony_axes_name
                 continue  # (VirtualiZarr's own names cost the square of the objects: the reason for the table)
             expected = {}
             for dataset in datasets:
-                group = dataset.parent.name
                 try:
-                    names = stock(dataset, group=group)
+                    names = stock(dataset, group=dataset.parent.name)
                 except ValueError as error:  # (more than one scale on an axis): the same refusal is expected
                     expected[dataset.name] = str(error)
                     continue
-                for n, name in enumerate(names):
-                    if len(dataset.dims[n]) == 0 and not h5py.h5ds.is_scale(dataset.id):
-                        try:
-                            names[n] = nc[dataset.name].dimensions[n]
-                            phony_axes += 1
-                        except (KeyError, ValueError, TypeError):  # (h5netcdf cannot name it: our own count, by size)
-                            names[n] = None
+                try:
+                    xarrays = list(nc[dataset.name].dimensions) if nc is not None else None
+                except (KeyError, ValueError, TypeError):
+                    xarrays = None
+                if xarrays is not None and len(xarrays) == len(names):
+                    renamed += sum(a != b for a, b in zip(names, xarrays))
+                    names = xarrays
+                else:  # (phony axes h5netcdf cannot name: our own count, by size)
+                    names = [None if len(dataset.dims[n]) == 0 and not h5py.h5ds.is_scale(dataset.id) else name
+                             for n, name in enumerate(names)]
                 expected[dataset.name] = names
             with virtual.scale_names_from_one_walk(f):
                 for dataset in datasets:
@@ -179,7 +182,7 @@ def test_dimension_names_from_one_walk_are_virtualizarrs_own_but_phony_axes_name
                     assert got == want, (path, dataset.name)
                     compared += 1
             assert hdf._dataset_dims is stock
-    assert compared > 100 and phony_axes > 10
+    assert compared > 100 and renamed > 0  # (the tree test below has a file of each renamed kind)
 
 
 def _references_open_as_a_tree(path):
@@ -197,7 +200,9 @@ def _references_open_as_a_tree(path):
 def test_references_open_as_the_same_tree_xarray_opens_from_the_original(tmp_path):
     """GPM DPR: no dimension scales, a parent group and its child with axes of other lengths (VirtualiZarr's
     phony_dim_0 of length 1 at / and 137 at /NS: "not aligned with its parents"); GOES GLM: a netCDF dimension
-    without a variable, an unlimited scale of length 0 beside variables of 50 ("conflicting sizes")."""
+    without a variable, an unlimited scale of length 0 beside variables of 50 ("conflicting sizes"); ICESat-2
+    ATL06: an inlined (compact) array without dimension names ("missing the dimension_names metadata"); OMPS:
+    a string _FillValue ("Failed to decode fill_value")."""
     import xarray as xr
 
     path = tmp_path / "swath-and-events.nc"
@@ -211,9 +216,29 @@ def test_references_open_as_the_same_tree_xarray_opens_from_the_original(tmp_pat
         energy = f.create_dataset("events/event_energy", data=np.arange(50, dtype="f4"), maxshape=(None,),
                                   chunks=(10,))
         energy.dims[0].attach_scale(events)
+        # ATL06: a scale of an enclosing group, and a compact (inlined) array of a subgroup
+        times = f.create_dataset("beam/delta_time", data=np.arange(30, dtype="f8"))
+        times.make_scale("delta_time")
+        height = f.create_dataset("beam/dem/dem_h", data=np.ones(30, dtype="f4"))
+        height.dims[0].attach_scale(times)
+        space = h5py.h5s.create_simple((30,))
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_layout(h5py.h5d.COMPACT)
+        flag = h5py.Dataset(h5py.h5d.create(f["beam/dem"].id, b"dem_flag", h5py.h5t.STD_I8LE, space, plist))
+        flag[...] = np.arange(30, dtype="i1")
+        flag.dims[0].attach_scale(times)
+        # OMPS: a fixed-length string variable with a string _FillValue
+        utc = f.create_dataset("utc", data=np.array([b"2017-01-01T00:05:32.000000Z"] * 3, dtype="S27"))
+        utc.attrs["_FillValue"] = np.bytes_(b"0000-00-00T00:00:00.000000Z")
     original = xr.open_datatree(path, engine="h5netcdf", phony_dims="sort")
+    layout = virtual.build_layout(str(path), str(path))
+    assert [i["variable"] for i in layout.inlined] == ["beam/dem/dem_flag"]
+    assert {"variable": "utc", "attribute": "_FillValue"}.items() <= layout.skipped[0].items()
     virtual_tree = _references_open_as_a_tree(path)
     assert {n.path: dict(n.dataset.sizes) for n in virtual_tree.subtree} == {
         n.path: dict(n.dataset.sizes) for n in original.subtree}
     assert "number_of_events" not in virtual_tree["events"].variables
     assert np.array_equal(virtual_tree["events/event_energy"].values, np.arange(50, dtype="f4"))
+    assert {n.path: {k: v.dims for k, v in n.dataset.variables.items()} for n in virtual_tree.subtree} == {
+        n.path: {k: v.dims for k, v in n.dataset.variables.items()} for n in original.subtree}
+    assert np.array_equal(virtual_tree["beam/dem/dem_flag"].values, np.arange(30, dtype="i1"))

@@ -142,6 +142,8 @@ def _without_unencodable_attributes(marr, path: str, skipped: list):
     attrs = dict(marr.metadata.attributes or {})
     kept = {}
     for key, value in attrs.items():
+        if _undecodable_fill_value(key, np.dtype(marr.dtype), path, skipped):
+            continue
         try:
             json.dumps(value, allow_nan=True)
         except (TypeError, ValueError) as error:
@@ -152,6 +154,17 @@ def _without_unencodable_attributes(marr, path: str, skipped: list):
     if len(kept) == len(attrs):
         return marr
     return ManifestArray(metadata=dataclasses.replace(marr.metadata, attributes=kept), chunkmanifest=marr.manifest)
+
+
+def _undecodable_fill_value(key: str, dtype, path: str, skipped: list) -> bool:
+    """True (and listed in ``skipped``) for a ``_FillValue`` attribute of a string or bytes array: xarray's Zarr
+    reader decodes no string _FillValue ("Failed to decode fill_value. Unsupported dtype |S27": OMPS's
+    UTC_CCSDA_A), so the whole tree would not open; the Zarr copies drop it alike (rechunk_zarr)."""
+    if key != "_FillValue" or dtype.kind in "biufc":
+        return False
+    skipped.append({"variable": path, "attribute": "_FillValue",
+                    "reason": "a string _FillValue attribute: Zarr's reader cannot decode it (the array's fill value is empty)"})
+    return True
 
 
 def _same_number(got, value) -> bool:
@@ -183,8 +196,10 @@ def _packing_survives(marr, packing: dict) -> str | None:
     return None
 
 
-def _native_array_keys(path: str, dataset, attrs: dict) -> dict:
-    """The zarr.json and chunks of ``dataset`` read with h5py, as a native Zarr v3 array at ``path``."""
+def _native_array_keys(path: str, dataset, attrs: dict, dimension_names=None) -> dict:
+    """The zarr.json and chunks of ``dataset`` read with h5py, as a native Zarr v3 array at ``path``, its axes
+    named as the virtual arrays' are (xarray opens no array without ``dimension_names``: ATL06's inlined
+    ancillary data kept ``open_datatree`` from opening the whole copy)."""
     import zarr
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
@@ -204,7 +219,7 @@ def _native_array_keys(path: str, dataset, attrs: dict) -> dict:
     fill = dataset.fillvalue if data.dtype.kind not in "USO" and not data.dtype.names else None
     array = zarr.create_array(store, shape=data.shape, chunks=chunks,
                               dtype=data.dtype, fill_value=fill, attributes=attrs, zarr_format=3,
-                              dimension_names=None, overwrite=True)
+                              dimension_names=dimension_names, overwrite=True)
     array[...] = data
     prototype = default_buffer_prototype()
     out = {}
@@ -221,6 +236,7 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
     """Walk the HDF5 file at ``local_path``; references point at ``url`` (the object as read in the cloud)."""
     import h5py
     from obspec_utils.readers import BlockStoreReader  # noqa: F401  (the parser's module needs it importable)
+    from virtualizarr.parsers.hdf import hdf
     from virtualizarr.parsers.hdf.hdf import _construct_manifest_array, _find_non_coord_dimension_vars
 
     from layoutlab.hdf5_input import data_outside_file, open_input
@@ -275,8 +291,14 @@ def build_layout(local_path: str, url: str) -> VirtualLayout:
             if action == "inline" and obj.size * obj.dtype.itemsize > INLINE_MAX_BYTES:
                 action, reason = "skip", f"{reason}; too large to inline ({obj.size * obj.dtype.itemsize} bytes)"
             if action == "inline":
+                attrs = {key: value for key, value in _attrs(obj).items()
+                         if not _undecodable_fill_value(key, obj.dtype, path, layout.skipped)}
                 try:
-                    layout.native.update(_native_array_keys(path, obj, _attrs(obj)))
+                    dims = hdf._dataset_dims(obj, group="/" + path.rpartition("/")[0])
+                except ValueError:  # (more than one scale on an axis: no names, as before)
+                    dims = None
+                try:
+                    layout.native.update(_native_array_keys(path, obj, attrs, dims))
                 except (OSError, TypeError, ValueError) as error:
                     action, reason = "skip", f"{reason}; cannot be read to inline: {error}"
             (layout.inlined if action == "inline" else layout.skipped).append({"variable": path, "reason": reason})
@@ -324,7 +346,11 @@ def scale_names_from_one_walk(f):
         dims: list[str] = []
         for n in range(len(dataset.shape)):
             if (num_scales := len(dataset.dims[n])) == 1:
-                dims.append(scale_name(dataset.dims[n][0]))
+                name = scale_name(dataset.dims[n][0])
+                scale_group = name.rpartition("/")[0]
+                if scale_group and (group.rstrip("/") + "/").startswith(scale_group + "/"):
+                    name = name.rpartition("/")[2]  # a scale of an enclosing group: its own name, as netCDF's
+                dims.append(name)
             elif h5py.h5ds.is_scale(dataset.id):
                 dims.append(str(dataset.name))
             elif num_scales > 1:
