@@ -17,6 +17,7 @@ uploads without emulated latency), ``AWS_ENDPOINT_URL_S3`` = the proxy.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -290,6 +291,23 @@ def trace_allocations(snapshot_dir: str) -> None:
     signal.signal(signal.SIGUSR1, write_snapshot)
 
 
+# Every 10 s the cloud gives glibc's free pages back to the system (malloc_trim). With the arenas above, a burst
+# of 300 granules still took its RSS to 7.1 GB while the Python objects it kept stayed under 150 MiB
+# (tracemalloc, 60 granules: 148 -> 137 MiB traced as RSS rose 415 -> 594 MiB): freed blocks between live
+# ones in the heap, which glibc returns only from the heap's top, unless asked to trim.
+TRIM_EVERY_TICKS = 20  # (ticks of 0.5 s)
+
+
+def _malloc_trim():
+    """glibc's ``malloc_trim`` (returns every whole free page of every arena), or None elsewhere."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
 def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto: bool = False,
           objects_on_disk_over: int | None = None, stop_with: int | None = None) -> None:
     # This process holds the credentials of whoever ran `layoutlab local up`: non-dumpable, its
@@ -352,8 +370,13 @@ def serve(state_path: Path, latency_ms: float, bandwidth_mbps: float, stock_moto
     partial = state_path.with_name(state_path.name + ".partial")
     partial.write_text(json.dumps(asdict(state)))
     os.replace(partial, state_path)
+    trim = _malloc_trim()
     try:
-        while not stop.wait(0.5):
+        for tick in itertools.count(1):
+            if stop.wait(0.5):
+                break
+            if trim is not None and tick % TRIM_EVERY_TICKS == 0:
+                trim(0)
             if stop_with is not None and not pid_running(stop_with):
                 logging.getLogger(__name__).info("process %d that started the local cloud has ended: stopping", stop_with)
                 break
