@@ -61,6 +61,11 @@ def _cancellation_codes(error) -> list[str | None]:
     return [r.get("Code") for r in error.response.get("CancellationReasons", [])]
 
 
+def _at_the_bound(product: str, limit: int, dataset_id: str) -> ProductBusy:
+    return ProductBusy(f"product {product!r} runs {limit} execution(s) at once (plan field "
+                       f"products.max_concurrent_executions): {dataset_id} waits")
+
+
 def acquire(store, product: str, dataset_id: str, limit: int, *, clock=time.time) -> Slot:
     """Take one of ``product``'s ``limit`` execution slots for ``dataset_id``; raises ProductBusy when all are
     taken. A dataset that holds a slot already keeps it (``again``)."""
@@ -74,8 +79,7 @@ def acquire(store, product: str, dataset_id: str, limit: int, *, clock=time.time
                                     ConsistentRead=True).get("Item")
         if mine is not None:
             return Slot(product, dataset_id, again=True)
-        raise ProductBusy(f"product {product!r} runs {limit} execution(s) at once (plan field "
-                          f"products.max_concurrent_executions): {dataset_id} waits")
+        raise _at_the_bound(product, limit, dataset_id)
     at = clock()
     execution = {PK: _pk(product), SK: f"{EXECUTION_SK}{dataset_id}", "kind": "PRODUCT_EXECUTION",
                  "product": product, "dataset": dataset_id, "acquired": at}
@@ -97,8 +101,7 @@ def acquire(store, product: str, dataset_id: str, limit: int, *, clock=time.time
             raise  # not a condition (throttling, a bad request): the caller's error, retried by the platform
         if codes and codes[0] == "ConditionalCheckFailed":
             return Slot(product, dataset_id, again=True)
-        raise ProductBusy(f"product {product!r} runs {limit} execution(s) at once (plan field "
-                          f"products.max_concurrent_executions): {dataset_id} waits") from None
+        raise _at_the_bound(product, limit, dataset_id) from None
     return Slot(product, dataset_id, again=False)
 
 
