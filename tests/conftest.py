@@ -48,50 +48,10 @@ SPREAD_OVER_WORKERS = {
 }
 
 
-# ... and in which order: xdist's default deals the files with the most tests first, so the costly files of
-# few tests (14 products through the local cloud, the corpus repacks, the benchmark smoke runs, a 2,000-variable
-# corpus file) came last and one worker ran them alone at the end. Dealt longest first instead (the slowest
-# units of CI's --durations, seconds on the 2-core CI machine, 2026-11-27/28), the rest in collection order.
-COSTLY_FIRST = {
-    "tests/integration/test_pipeline_local_product.py": 300,
-    "tests/integration/test_inspect_check_corpus.py": 260,
-    "tests/integration/test_bench_scripts_smoke.py": 200,
-    "tests/integration/test_virtual_variants_local.py": 150,
-    "tests/integration/test_repack_corpus.py": 140,
-    "nc_test4_ref_hdf5_compat1.nc": 128,
-    "tests/integration/test_pipeline_local_run.py": 120,
-    "tests/integration/test_hostile_pipeline_round2.py": 100,
-    "tests/integration/test_page_budget_pipeline.py": 90,
-    "GEDI02_B_2019108080338": 71,
-    "hdf5-json/dset1k.h5": 68,
-    "tests/integration/test_product_burst_local.py": 60,
-    "ATL06_20181013235645": 61,
-    "tests/integration/test_hostile_sandbox.py": 60,
-    "tests/integration/test_bench_accounting.py": 60,
-    "tests/integration/test_load_local.py": 51,
-    "tests/integration/test_hostile_outside_file.py": 45,
-    "tests/integration/test_zarr_rechunk.py": 40,
-    "tests/integration/test_role_layouts_local.py": 40,
-    "tests/unit/test_hdf5_fuzz.py": 40,
-}
-
-
-def _cost(nodeid: str) -> int:
-    return max((seconds for key, seconds in COSTLY_FIRST.items() if key in nodeid), default=0)
-
-
-def pytest_collection_modifyitems(config, items):
-    if getattr(config, "workerinput", None) is None:
-        return  # (only the order xdist's workers report, which is the order the scheduler deals)
-    items.sort(key=lambda item: -_cost(item.nodeid))  # (stable: a file's tests keep their order)
-
-
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
-
-    config.option.loadscopereorder = False  # deal the units in the order above
 
     class LoadFileSpreadingSome(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
