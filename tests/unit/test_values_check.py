@@ -87,32 +87,47 @@ def test_the_same_packed_integers_decoded_at_another_precision_are_equal_and_nam
             "the original gives float32)") in check["sentence"]
 
 
+# Run in a new interpreter: zarr's event-loop thread left in this test process would make a later test's forked
+# worker that uses zarr wait forever for a loop that has no thread in the fork.
+PACKED_SCRIPT = """
+import json, sys
+import numpy as np, xarray as xr
+from layoutlab.bench.patterns import values_digest
+from layoutlab.bench.readers import _XarrayArray
+tmp = sys.argv[1]
+rng = np.random.default_rng(3)
+raw = rng.integers(-32000, 32000, 5000).astype("i2")
+raw[7] = -1
+attrs = {"scale_factor": np.float32(0.0022), "add_offset": np.float32(16.0), "_FillValue": np.int16(-1)}
+xr.Dataset({"lat": ("n", raw, attrs)}).to_netcdf(tmp + "/orig.nc", engine="h5netcdf")
+original = xr.open_dataset(tmp + "/orig.nc", engine="h5netcdf")
+xr.open_dataset(tmp + "/orig.nc", engine="h5netcdf", mask_and_scale=False).to_zarr(tmp + "/copy.zarr", zarr_format=3)
+copy = xr.open_zarr(tmp + "/copy.zarr", consolidated=False)
+a, b = _XarrayArray(original["lat"]), _XarrayArray(copy["lat"])
+got_a, got_b = a[:], b[:]
+changed = got_b.copy()
+changed[100] += 0.0022
+print(json.dumps({"dtypes": [str(got_a.dtype), str(got_b.dtype)],
+                  "decoded": [values_digest([got_a]), values_digest([got_b])],
+                  "stored": [values_digest([a.as_stored(got_a)]), values_digest([b.as_stored(got_b)]),
+                             values_digest([b.as_stored(changed)])],
+                  "fill_kept": bool(np.isnan(a.as_stored(got_a)[7]))}))
+"""
+
+
 def test_xarray_packs_back_the_same_integers_from_a_netcdf_original_and_its_zarr_copy(tmp_path):
     """GOES GLM's event_lat: int16 with float32 scale_factor / add_offset. xarray decodes the HDF5 original to
     float32 and a Zarr copy (JSON attributes) to float64: the decoded digests differ, the packed-back ones not;
     one integer changed in the copy changes them."""
-    import numpy as np
-    import xarray as xr
+    import json
+    import subprocess
+    import sys
 
-    from layoutlab.bench.patterns import values_digest
-    from layoutlab.bench.readers import _XarrayArray
-
-    rng = np.random.default_rng(3)
-    raw = rng.integers(-32000, 32000, 5000).astype("i2")
-    raw[7] = -1
-    attrs = {"scale_factor": np.float32(0.0022), "add_offset": np.float32(16.0), "_FillValue": np.int16(-1)}
-    ds = xr.Dataset({"lat": ("n", raw, attrs)})
-    ds.to_netcdf(tmp_path / "orig.nc", engine="h5netcdf")
-    original = xr.open_dataset(tmp_path / "orig.nc", engine="h5netcdf")
-    xr.open_dataset(tmp_path / "orig.nc", engine="h5netcdf", mask_and_scale=False).to_zarr(tmp_path / "copy.zarr",
-                                                                                          zarr_format=3)
-    copy = xr.open_zarr(tmp_path / "copy.zarr", consolidated=False)
-    a, b = _XarrayArray(original["lat"]), _XarrayArray(copy["lat"])
-    got_a, got_b = a[:], b[:]
-    assert (got_a.dtype, got_b.dtype) == (np.float32, np.float64)
-    assert values_digest([got_a]) != values_digest([got_b])
-    assert values_digest([a.as_stored(got_a)]) == values_digest([b.as_stored(got_b)])
-    assert np.isnan(a.as_stored(got_a)[7])
-    changed = got_b.copy()
-    changed[100] += 0.0022
-    assert values_digest([a.as_stored(got_a)]) != values_digest([b.as_stored(changed)])
+    done = subprocess.run([sys.executable, "-c", PACKED_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["dtypes"] == ["float32", "float64"]
+    assert out["decoded"][0] != out["decoded"][1]
+    assert out["stored"][0] == out["stored"][1] != out["stored"][2]
+    assert out["fill_kept"]
