@@ -64,10 +64,12 @@ def undecided(records: list[dict], resolution: float) -> list[dict]:
     return [c for c in comparisons(records, resolution) if not c["decided"]]
 
 
-def in_the_race(walls: dict[tuple, list[float]], resolution: float) -> set[tuple]:
+def in_the_race(records: list[dict], resolution: float) -> set[tuple]:
     """The (platform, pattern, variant, reader) whose reader may still be the best of its variant there: its
-    fastest time is no slower than the best reader's (by median) slowest time, give or take ``resolution``."""
-    best = decision.best_readers({key: sorted(values)[len(values) // 2] for key, values in walls.items()})
+    fastest time is no slower than the best reader's slowest time, give or take ``resolution`` (the best reader
+    as the comparisons choose it: ``decision.best_readers`` of the medians)."""
+    walls = decision.walls_by_key(records)
+    best = decision.best_readers(decision.median_times(records))
     racing = set()
     for (platform, pattern, variant, reader), values in walls.items():
         _, leader = best[(platform, pattern, variant)]
@@ -80,7 +82,7 @@ def cases_to_repeat(first_round: list[BenchCase], open_comparisons: list[dict], 
                     resolution: float = 0.0) -> list[BenchCase]:
     """The cases of the first round (repetition 0) behind ``open_comparisons``, every reader of both
     sides that ``records`` hold a good result of and that may still be its side's best, in the round's order."""
-    measured = in_the_race(decision.walls_by_key(records), resolution)  # (platform, pattern, variant, reader)
+    measured = in_the_race(records, resolution)  # (platform, pattern, variant, reader)
     wanted = set()
     for c in open_comparisons:
         wanted.add((c["variant"], c["pattern"], c["platform"]))
