@@ -98,6 +98,17 @@ def test_a_reader_whose_times_overlap_the_best_readers_runs_again_a_far_slower_o
     assert ("original", "default") not in {(c.variant, c.reader) for c in cases}
 
 
+def test_a_reader_one_slow_run_put_behind_runs_again_until_it_has_the_repetitions_of_an_interval():
+    # one repetition each (a plan with "repetitions": 1): "default" twice as slow once is not yet out of the race
+    once = {key: walls[:1] for key, walls in WALLS.items()}
+    open_now = repetitions.undecided(results(once), 0.1)
+    cases = repetitions.next_round_cases(first_cases(), open_now, results(once), SCHEDULE, round_number=2)
+    assert ("original", "default") in {(c.variant, c.reader) for c in cases}
+    # with three times each its fastest (1.90) is beyond the best's slowest (1.01) by more than 10 %: out
+    assert (PLATFORM, PATTERN, "original", "default") in repetitions.in_the_race(results(once), 0.1)
+    assert (PLATFORM, PATTERN, "original", "default") not in repetitions.in_the_race(results(), 0.1)
+
+
 def test_a_reader_that_failed_on_a_repeated_variant_is_not_run_again():
     records = [r for r in results() if not (r["variant"] == "original" and r["reader"] == "default")]
     open_now = repetitions.undecided(records, 0.1)

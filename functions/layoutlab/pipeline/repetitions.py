@@ -67,13 +67,17 @@ def undecided(records: list[dict], resolution: float) -> list[dict]:
 def in_the_race(records: list[dict], resolution: float) -> set[tuple]:
     """The (platform, pattern, variant, reader) whose reader may still be the best of its variant there: its
     fastest time is no slower than the best reader's slowest time, give or take ``resolution`` (the best reader
-    as the comparisons choose it: ``decision.best_readers`` of the medians)."""
+    as the comparisons choose it: ``decision.best_readers`` of the medians). A reader leaves the race only
+    when it and the best reader each have ``decision.MIN_REPETITIONS`` times: one or two times show no spread,
+    and a reader one slow run put behind would never get the repetitions that could bring it back."""
     walls = decision.walls_by_key(records)
     best = decision.best_readers(decision.median_times(records))
     racing = set()
     for (platform, pattern, variant, reader), values in walls.items():
         _, leader = best[(platform, pattern, variant)]
-        if min(values) <= max(walls[(platform, pattern, variant, leader)]) * (1 + resolution):
+        leading = walls[(platform, pattern, variant, leader)]
+        too_few = min(len(values), len(leading)) < decision.MIN_REPETITIONS
+        if too_few or min(values) <= max(leading) * (1 + resolution):
             racing.add((platform, pattern, variant, reader))
     return racing
 
