@@ -88,7 +88,9 @@ def test_geos_sample_ncdump_identical_but_for_the_unlimited_time(tmp_path):
     code, dump_out, err = _ncdump(out)
     assert code == 0, err
     assert dump_out == dump_in.replace("time = UNLIMITED ; // (6 currently)", "time = 6 ;")
-    assert summary.chunks_copied_raw == 6  # BCEXTTAU's 6 chunks moved as stored bytes
+    # moved as stored bytes: BCEXTTAU's 6 chunks and time's one (longer than its 6 values: the fixed axis keeps
+    # the chunk's length as its maximum)
+    assert summary.chunks_copied_raw == 7
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +142,31 @@ def test_repack_command_bad_input_is_one_line_and_writes_nothing(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"layoutlab repack: error: {bad}: ")
     assert [p.name for p in tmp_path.iterdir()] == ["bad.nc"]
+
+
+def test_a_record_axis_shorter_than_its_chunk_is_fixed_and_its_stored_chunks_kept(tmp_path):
+    """netCDF-C's default chunk of a record variable (1,024 records, more than the file holds) is longer than the
+    axis the recipe fixes: the copy keeps each chunk's stored bytes (the fixed axis's maximum is the chunk's
+    length, not H5S_UNLIMITED) where it decoded and compressed them again into a chunk cut to the axis.
+    ncdump prints the dimension as fixed and everything else as before; xarray reads the same dataset."""
+    import netCDF4
+    import xarray as xr
+
+    src, out = tmp_path / "in.nc", tmp_path / "out.nc"
+    with netCDF4.Dataset(src, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("x", 10)
+        nc.createVariable("time", "f8", ("time",))[:] = np.arange(240.0)
+        nc.createVariable("v", "f4", ("time", "x"), zlib=True, chunksizes=(1024, 10))[:] = (
+            np.random.default_rng(3).random((240, 10)))
+    summary = repack(src, out, page_size=PAGE, verify=True)
+    assert summary.verified and not summary.rechunked and summary.chunks_copied_raw == 2
+    with h5py.File(src) as a, h5py.File(out) as b:
+        assert b["v"].chunks == (1024, 10) and b["v"].maxshape == (1024, 10) and b["v"].shape == (240, 10)
+        assert b["v"].id.read_direct_chunk((0, 0)) == a["v"].id.read_direct_chunk((0, 0))
+    _, dump_in, _ = _ncdump(src)
+    code, dump_out, err = _ncdump(out)
+    assert code == 0, err
+    assert dump_out == dump_in.replace("time = UNLIMITED ; // (240 currently)", "time = 240 ;")
+    with xr.open_dataset(src, engine="h5netcdf") as a, xr.open_dataset(out, engine="h5netcdf") as b:
+        assert a.identical(b) and not b.encoding.get("unlimited_dims")

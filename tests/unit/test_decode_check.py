@@ -85,13 +85,16 @@ def test_a_damaged_input_chunk_stops_the_repack_and_nothing_is_written(tmp_path)
     src = _write(tmp_path / "in.h5", compression="gzip", shuffle=True)
     _damage_chunk(src, 12)
     with pytest.raises(BadInputFile, match=r"/v in \[120000:130000\] cannot be decoded \(damaged data\)"):
-        repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+        repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
 
 
+RECHUNK_T = {"/t": (5_000,)}
+
+
 def _write_rechunked(path):
-    """/t: unlimited, its one chunk longer than its values (the copy fixes the axis and shrinks the chunk to
-    it: decoded and written anew); /v as in ``_write`` (its chunks copied as stored)."""
+    """/t: one chunk longer than its values, which the copy rechunks when asked (``RECHUNK_T``: decoded and
+    written anew); /v as in ``_write`` (its chunks copied as stored)."""
     _write(path, compression="gzip")
     with h5py.File(path, "a") as f:
         f.create_dataset("t", data=np.cos(np.arange(25_000) / 3.0), maxshape=(None,), chunks=(30_000,),
@@ -101,7 +104,7 @@ def _write_rechunked(path):
 
 def test_a_dataset_the_copy_decodes_whole_is_left_to_it_and_counted_apart(tmp_path):
     src = _write_rechunked(tmp_path / "in.h5")
-    summary = repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+    summary = repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T)
     assert summary.verified and set(summary.rechunked) == {"/t"}
     report = summary.decode_check
     assert (report["datasets"], report["chunks"], report["by_copy_datasets"]) == (1, 20, 1)
@@ -120,5 +123,5 @@ def test_a_deflate_bomb_in_a_dataset_the_copy_decodes_is_refused_by_the_copy(tmp
     data[info.byte_offset: info.byte_offset + len(bomb)] = bomb
     src.write_bytes(bytes(data))
     with pytest.raises(Exception, match="inflates past its declared size of 240000 bytes"):
-        repack(src, tmp_path / "out.h5", page_size=65536, verify=True)
+        repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]

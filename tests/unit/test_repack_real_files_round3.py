@@ -117,14 +117,14 @@ def write_lzo_table(path):
         table.write_direct_chunk((0,), b"lzo-compressed bytes of the table")
 
 
-def test_a_default_rechunk_of_a_dataset_whose_plugin_is_absent_becomes_a_plain_copy(tmp_path, no_plugins):
+def test_a_dataset_whose_plugin_is_absent_is_copied_as_stored(tmp_path, no_plugins):
     """Refused before ("...filter 305 (lzo), whose plugin is not installed here: it cannot be
-    rechunked"): the dataset is copied as stored (chunks undecoded, the shape's maximum kept), as
-    h5repack does, and the output says so."""
+    rechunked"): the dataset cannot be made anew without its filter, so it is copied as stored (chunks
+    undecoded, the shape's maximum kept: unlimited), as h5repack does, and the output says so."""
     src, out = tmp_path / "in.h5", tmp_path / "out.h5"
     write_lzo_table(src)
     stdout = repack(src, out)
-    assert "/tuple0: kept as it is, not rechunked: its chunks copied as stored (its filter 305 (lzo)" in stdout
+    assert "/tuple0: kept as it is: its chunks copied as stored (its filter 305 (lzo)" in stdout
     with h5py.File(src) as a, h5py.File(out) as b:
         assert b["tuple0"].chunks == (100,) and b["tuple0"].maxshape == (None,)
         assert b["tuple0"].id.read_direct_chunk((0,)) == a["tuple0"].id.read_direct_chunk((0,))

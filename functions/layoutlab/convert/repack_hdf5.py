@@ -447,7 +447,7 @@ class _Repacker:
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
         new_shape, new_maxshape, new_chunks = shape, maxshape, src_chunks
-        changed = False
+        changed = padded_maxshape = False
         if layout == h5py.h5d.COMPACT:
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             self.summary.compact_to_contiguous.append(path)
@@ -464,6 +464,15 @@ class _Repacker:
                 new_shape = self._current_extent(src, shape, maxshape)
             if all(n > 0 for n in new_shape):
                 new_maxshape = tuple(new_shape)
+                if layout == h5py.h5d.CHUNKED:
+                    # An axis whose stored chunk is longer than its now fixed length keeps the chunk's length
+                    # as its maximum (a fixed one: no H5S_UNLIMITED, so netCDF reads the current length as a
+                    # fixed dimension and HDF5 indexes the chunks with a fixed array): the chunks are then
+                    # copied as stored, where a chunk shrunk to the axis had to be decoded and compressed again
+                    # (429 of ATL06's 537 datasets, 1,162 of GEDI L2B's 1,302).
+                    padded = tuple(max(n, c) for n, c in zip(new_shape, src_chunks))
+                    padded_maxshape = padded != new_maxshape
+                    new_maxshape = padded
                 self.summary.unlimited_fixed.append(path)
                 changed = True
             else:  # a zero-length dimension cannot be fixed with a chunked layout; nothing to page anyway
@@ -477,6 +486,9 @@ class _Repacker:
                 # the note below says so. (--chunks for it is still refused: _require_filters.)
                 new_chunks, plain_copy, changed = src_chunks, True, True
             elif new_chunks != src_chunks:
+                if padded_maxshape:  # rechunked anyway: the maximum that kept the stored chunks is not wanted
+                    new_maxshape = tuple(new_shape)
+                    new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
                 if any(m is not None and m > n for m, n in zip(new_maxshape, new_shape)):
                     # Made anew with its maximum size, HDF5 would index every chunk that maximum can hold
                     # (a 100-value dataset that may grow to 1e11 values: an 80 GB file): fixed at its size.
