@@ -125,9 +125,7 @@ demo: sysdeps venv artifacts
 # then the tests that assert on measured time alone, so no other test's work lengthens their runs.
 # Both parts always run; the target fails if either does. The slowest tests are listed, so a log says
 # where the suite's time goes.
-# One worker more than the cores: the local-cloud tests wait on the emulated S3's latency for much of their
-# time (test_virtual_variants_local alone: 288 s wall, 145 s of CPU), so a core per worker leaves cores idle.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= auto
 test: sysdeps venv artifacts
 	@status=0; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" --durations=25 tests || status=1; \
