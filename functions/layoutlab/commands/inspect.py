@@ -154,6 +154,11 @@ def _check(args, thresholds) -> int:
     from layoutlab.formats.readiness import check_file, format_result
     from layoutlab.guard import GuardedCallFailed, run_guarded
 
+    # What each file's child runs, imported once here: the forked children inherit h5py, numpy and the page
+    # model instead of each importing them anew (~0.16 s of CPU a file: 148 corpus files 40 -> 17 s)
+    import layoutlab.formats.inspect  # noqa: F401
+    import layoutlab.formats.paged_layout  # noqa: F401
+
     results, unreadable = [], False
     for location in args.files:
         try:
