@@ -227,6 +227,53 @@ def _store_set(store, key: str, data: bytes) -> None:
     _run(put())
 
 
+# Keys written or read at once by the batched calls below (the store's own concurrency setting is zarr's).
+BATCH_CONCURRENCY = 32
+
+
+def _store_set_many(store, items) -> None:
+    """``_store_set`` of every (key, bytes) of ``items`` in one run of the loop, ``BATCH_CONCURRENCY`` at a
+    time: one loop run and one wake-up per key instead of a loop run each (finalize writes every array's
+    ``zarr.json``: 1,339 of them for GEDI L2B, ~8 of the ~9 s of CPU it took, one key at a time)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    prototype = default_buffer_prototype()
+
+    async def put_all():
+        if not store._is_open:
+            await store._open()
+        limit = asyncio.Semaphore(BATCH_CONCURRENCY)
+
+        async def put(key, data):
+            async with limit:
+                await store.set(key, prototype.buffer.from_bytes(data))
+
+        await asyncio.gather(*(put(key, data) for key, data in items))
+
+    _run(put_all())
+
+
+def _store_get_many(store, keys) -> dict[str, bytes | None]:
+    """``_store_get`` of every key in one run of the loop (see ``_store_set_many``)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    prototype = default_buffer_prototype()
+
+    async def get_all():
+        if not store._is_open:
+            await store._open()
+        limit = asyncio.Semaphore(BATCH_CONCURRENCY)
+
+        async def get(key):
+            async with limit:
+                buf = await store.get(key, prototype=prototype)
+                return None if buf is None else buf.to_bytes()
+
+        return dict(zip(keys, await asyncio.gather(*(get(key) for key in keys))))
+
+    return _run(get_all())
+
+
 def _store_list(store, prefix: str = "") -> list[str]:
     async def listing():
         if not store._is_open:
@@ -1405,18 +1452,17 @@ def finalize(plan: dict) -> dict:
     zarr.create_group(memory, attributes=plan["group_attributes"], zarr_format=3)
     for path, attrs in plan.get("groups", {}).items():  # parents come before their children
         zarr.create_group(memory, path=path, attributes=attrs, zarr_format=3)
-    for name, var in plan["variables"].items():
-        _store_set(memory, f"{name}/zarr.json", json.dumps(var["metadata"]).encode())
+    _store_set_many(memory, [(f"{name}/zarr.json", json.dumps(var["metadata"]).encode())
+                             for name, var in plan["variables"].items()])
     import warnings
 
     with warnings.catch_warnings():
         # zarr warns that consolidated metadata is not yet part of the v3 spec; xarray and zarr read it.
         warnings.simplefilter("ignore", UserWarning)
         zarr.consolidate_metadata(memory, zarr_format=3)
-    for name in plan["variables"]:
-        _store_set(store, f"{name}/zarr.json", _store_get(memory, f"{name}/zarr.json"))
-    for path in plan.get("groups", {}):
-        _store_set(store, f"{path}/zarr.json", _store_get(memory, f"{path}/zarr.json"))
+    # every array's and group's metadata, then (below) the root's last: a reader that finds the root finds all
+    documents = _store_get_many(memory, [f"{name}/zarr.json" for name in [*plan["variables"], *plan.get("groups", {})]])
+    _store_set_many(store, list(documents.items()))
     _store_delete_dir(store, f"{STAGING}/intermediate")
     _store_set(store, "zarr.json", _store_get(memory, "zarr.json"))
     _store_delete_dir(store, STAGING)
