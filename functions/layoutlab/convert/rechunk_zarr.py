@@ -1473,14 +1473,17 @@ def finalize(plan: dict) -> dict:
     return {"destination": dst, "variables": list(plan["variables"]), "units": len(plan["units"])}
 
 
-def rechunk(src, dst, progress: bool = True, **options) -> dict:
-    """Plan, run every unit in order, finalize; a progress bar over the bytes copied."""
+def rechunk(src, dst, progress: bool = True, on_plan=None, **options) -> dict:
+    """Plan, run every unit in order, finalize; a progress bar over the bytes copied. ``on_plan``: called with
+    the plan once it is made (what each variable becomes, what is skipped and why), before any unit runs."""
     from tqdm import tqdm
 
     was_absent = _destination_state(dst) == "absent"
     plan = None
     try:
         plan = plan_rechunk(src, dst, prepare=True, **options)
+        if on_plan is not None:
+            on_plan(plan)
         total = sum(
             math.prod(b - a for a, b in zip(u["start"], u["stop"])) * np.dtype(plan["variables"][u["variable"]]["dtype"]).itemsize
             for u in plan["units"]
