@@ -205,26 +205,11 @@ def _stop_on_termination(loop, context) -> None:
 
 
 def _store_get(store, key: str) -> bytes | None:
-    from zarr.core.buffer import default_buffer_prototype
-
-    async def get():
-        if not store._is_open:
-            await store._open()
-        buf = await store.get(key, prototype=default_buffer_prototype())
-        return None if buf is None else buf.to_bytes()
-
-    return _run(get())
+    return _store_get_many(store, [key])[key]
 
 
 def _store_set(store, key: str, data: bytes) -> None:
-    from zarr.core.buffer import default_buffer_prototype
-
-    async def put():
-        if not store._is_open:
-            await store._open()
-        await store.set(key, default_buffer_prototype().buffer.from_bytes(data))
-
-    _run(put())
+    _store_set_many(store, [(key, data)])
 
 
 # Keys written or read at once by the batched calls below (the store's own concurrency setting is zarr's).
@@ -232,7 +217,7 @@ BATCH_CONCURRENCY = 32
 
 
 def _store_set_many(store, items) -> None:
-    """``_store_set`` of every (key, bytes) of ``items`` in one run of the loop, ``BATCH_CONCURRENCY`` at a
+    """Write every (key, bytes) of ``items`` in one run of the loop, ``BATCH_CONCURRENCY`` at a
     time: one loop run and one wake-up per key instead of a loop run each (finalize writes every array's
     ``zarr.json``: 1,339 of them for GEDI L2B, ~8 of the ~9 s of CPU it took, one key at a time)."""
     from zarr.core.buffer import default_buffer_prototype
@@ -254,7 +239,7 @@ def _store_set_many(store, items) -> None:
 
 
 def _store_get_many(store, keys) -> dict[str, bytes | None]:
-    """``_store_get`` of every key in one run of the loop (see ``_store_set_many``)."""
+    """{key: its bytes, or None when absent} of every key, in one run of the loop (see ``_store_set_many``)."""
     from zarr.core.buffer import default_buffer_prototype
 
     prototype = default_buffer_prototype()
