@@ -96,6 +96,9 @@ def main(argv=None) -> int:
         return 0
     if not args.files:
         parser.error("name the products to study (or --table FILE)")
+    missing = [str(path) for path in args.files if not path.is_file()]
+    if missing:  # before any local cloud starts: a study of the others would run for an hour first
+        parser.error(f"no such file: {', '.join(missing)}")
     rows = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     failed = 0
     with tempfile.TemporaryDirectory(prefix="layoutlab-study-") as tmp:
