@@ -1341,7 +1341,8 @@ def run_unit(plan: dict, k: int, _source_cache: dict | None = None, _done_here: 
     var = plan["variables"][unit["variable"]]
     stage = var["stages"][unit["stage"]]
     dst_store = open_store(plan["destination"])
-    if k in _done_here if _done_here is not None else _store_exists(dst_store, _done_key(k)):
+    already_done = (k in _done_here) if _done_here is not None else _store_exists(dst_store, _done_key(k))
+    if already_done:
         return {"unit": k, "bytes": 0, "seconds": round(time.perf_counter() - started, 6), "ran_earlier": [],
                 "skipped": True}
     ran_earlier, caught_up_bytes = _catch_up(plan, unit, dst_store, _source_cache, _done_here)
