@@ -1245,6 +1245,15 @@ def _store_exists(store, key: str) -> bool:
     return _run(exists())
 
 
+def _done_test(store, done_here: set | None):
+    """Whether unit k is done: from the set of the one process that runs every unit (``run_unit``'s
+    ``_done_here``), else from one listing of the store's markers."""
+    if done_here is not None:
+        return done_here.__contains__
+    markers = set(_store_list(store, f"{STAGING}/done/"))
+    return lambda k: _done_key(k) in markers
+
+
 def units_feeding(plan: dict, unit: dict) -> list[int]:
     """Ids of the previous stage's units (same variable) that write what ``unit`` reads.
 
@@ -1294,11 +1303,8 @@ def _catch_up(plan: dict, unit: dict, store, source_cache: dict | None,
     needed = units_feeding(plan, unit)
     if not needed:
         return [], 0
-    if done_here is not None:
-        missing = [j for j in needed if j not in done_here]
-    else:
-        done = set(_store_list(store, f"{STAGING}/done/"))
-        missing = [j for j in needed if _done_key(j) not in done]
+    is_done = _done_test(store, done_here)
+    missing = [j for j in needed if not is_done(j)]
     random.Random(unit["id"]).shuffle(missing)
     ran: list[int] = []
     copied = 0
@@ -1439,11 +1445,8 @@ def finalize(plan: dict, _done_here: set | None = None) -> dict:
 
     dst = plan["destination"]
     store = open_store(dst)
-    if _done_here is not None:
-        missing = [u["id"] for u in plan["units"] if u["id"] not in _done_here]
-    else:
-        done = set(_store_list(store, f"{STAGING}/done/"))
-        missing = [u["id"] for u in plan["units"] if _done_key(u["id"]) not in done]
+    is_done = _done_test(store, _done_here)
+    missing = [u["id"] for u in plan["units"] if not is_done(u["id"])]
     if missing:
         raise UserError(
             f"{dst}: cannot finalize, {len(missing)} of {len(plan['units'])} units are not done "
