@@ -1,5 +1,6 @@
 """Backfill on the local cloud: every object under a prefix converted with a decided product's layout by the
-backfill state machine's Distributed Map, over an item list written in pages (issue 35)."""
+backfill state machine's Distributed Map, over an item list written in pages of batches (issue 35); a granule
+that fails does not stop the others of its batch."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def test_a_backfill_converts_every_listed_granule_and_records_the_one_that_is_no
                              settings=state.ProductSettings(), plan=PLAN)
         flow.decide_by_person(store, "ARCH", "paged-1MiB", by="tester", reason="backfill the archive")
 
-        started = backfill.start_backfill(pipeline.s3, pipeline.sfn, ARCHIVE, "geos/", "ARCH", page_items=2)
-        assert (started["items"], started["pages"]) == (5, 3)
+        # pages of 3 listed objects in batches of 2: README.txt (listed first) shares its batch with g0.nc
+        started = backfill.start_backfill(pipeline.s3, pipeline.sfn, ARCHIVE, "geos/", "ARCH", page_items=3, batch=2)
+        assert (started["items"], started["pages"], started["batches"]) == (5, 2, 3)
         described = backfill.wait(pipeline.sfn, started["execution_arn"], timeout=900)
         assert described["status"] == "SUCCEEDED", described
 

@@ -239,3 +239,47 @@ def test_dynamodb_reads_answer_what_stock_moto_answers():
                                      "nested": {"list": [decimal.Decimal(1), "a", {"deep": [boto3.dynamodb.types.Binary(b"z"), None]}],
                                                 "empty": {}},
                                      "numbers": {decimal.Decimal(1), decimal.Decimal(2)}}
+
+
+def _results_like_table():
+    return boto3.resource("dynamodb", region_name="us-east-1").create_table(
+        TableName="t", BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}])
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was_and_a_committed_one_writes_them_all():
+    """The slot take of products/concurrency.py: a Put only if absent and a counter Update only under a bound."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    with moto.mock_aws():
+        table = _results_like_table()
+        client = boto3.client("dynamodb", region_name="us-east-1")  # (the resource's client would re-serialize)
+        table.put_item(Item={"pk": "PRODUCT#A", "sk": "RUNNING", "running": 2})
+        table.put_item(Item={"pk": "PRODUCT#A", "sk": "EXECUTION#old", "note": "kept"})
+        stored = dynamodb_backends["123456789012"]["us-east-1"].tables["t"]
+
+        def take(execution, bound, extra=()):
+            client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": "t", "Item": {"pk": {"S": "PRODUCT#A"}, "sk": {"S": f"EXECUTION#{execution}"}},
+                         "ConditionExpression": "attribute_not_exists(pk)"}},
+                {"Update": {"TableName": "t", "Key": {"pk": {"S": "PRODUCT#A"}, "sk": {"S": "RUNNING"}},
+                            "UpdateExpression": "SET running = running + :one",
+                            "ConditionExpression": "running < :bound",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}, ":bound": {"N": str(bound)}}}},
+                *extra])
+
+        with pytest.raises(ClientError, match="TransactionCanceled"):  # the bound is reached: nothing written
+            take("new", bound=2)
+        with pytest.raises(ClientError, match="TransactionCanceled"):  # the last operation fails: the first two undone
+            take("new", bound=3, extra=[{"Delete": {"TableName": "t", "Key": {"pk": {"S": "PRODUCT#A"},
+                                                                             "sk": {"S": "EXECUTION#old"}},
+                                                    "ConditionExpression": "attribute_not_exists(note)"}}])
+        items = {i["sk"]: i for i in table.scan()["Items"]}
+        assert set(items) == {"RUNNING", "EXECUTION#old"} and items["RUNNING"]["running"] == 2
+        assert items["EXECUTION#old"]["note"] == "kept"
+        take("new", bound=3)
+        items = {i["sk"]: i for i in table.scan()["Items"]}
+        assert set(items) == {"RUNNING", "EXECUTION#old", "EXECUTION#new"} and items["RUNNING"]["running"] == 3
+        # the table was never replaced by a copy of itself (a copy per transaction grew the local cloud per granule)
+        assert dynamodb_backends["123456789012"]["us-east-1"].tables["t"] is stored

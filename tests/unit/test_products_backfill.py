@@ -32,11 +32,24 @@ def test_the_item_list_is_written_in_pages_of_the_listing_leaving_out_folders_an
     s3.put_object(Bucket="archive", Key="p/empty.h5", Body=b"")
     s3.put_object(Bucket="archive", Key="q/other.h5", Body=b"y")
     written = backfill.write_item_pages(s3, "out", "b1", "archive", "p/", page_items=3)
-    assert (written["pages"], written["items"]) == (3, 7)
+    assert (written["pages"], written["items"], written["batches"]) == (3, 7, 7)
     pages = [json.loads(s3.get_object(Bucket="out", Key=backfill.page_key("b1", n))["Body"].read()) for n in (1, 2, 3)]
-    assert [len(p) for p in pages] == [3, 3, 1]
-    assert [i["Key"] for p in pages for i in p] == [f"p/{i:02d}.h5" for i in range(7)]
-    assert pages[0][1]["Size"] == 2 and pages[0][0]["Etag"]
+    assert [[len(b) for b in p] for p in pages] == [[1, 1, 1], [1, 1, 1], [1]]  # batches of one by default
+    assert [i["Key"] for p in pages for b in p for i in b] == [f"p/{i:02d}.h5" for i in range(7)]
+    assert pages[0][1][0]["Size"] == 2 and pages[0][0][0]["Etag"]
+
+
+def test_the_item_pages_hold_batches_that_never_straddle_a_listing_page(s3):
+    """Locally the CLI batches as ItemBatcher does in AWS: one child converts up to --batch granules."""
+    for i in range(7):
+        s3.put_object(Bucket="archive", Key=f"p/{i:02d}.h5", Body=b"x")
+    written = backfill.write_item_pages(s3, "out", "b3", "archive", "p/", page_items=5, batch_items=2)
+    assert (written["pages"], written["items"], written["batches"]) == (2, 7, 4)
+    pages = [json.loads(s3.get_object(Bucket="out", Key=backfill.page_key("b3", n))["Body"].read()) for n in (1, 2)]
+    assert [[[i["Key"][2:4] for i in b] for b in p] for p in pages] == [[["00", "01"], ["02", "03"], ["04"]],
+                                                                        [["05", "06"]]]
+    with pytest.raises(UserError, match="at least one granule"):
+        backfill.write_item_pages(s3, "out", "b4", "archive", "p/", batch_items=0)
 
 
 def test_a_batch_names_what_it_lacks():
@@ -90,4 +103,4 @@ def test_a_thousand_listed_objects_are_written_one_listing_page_at_a_time(s3, mo
     pages = backfill.listed_objects(s3, "archive", "big/", page_items=300)
     assert next(pages) and not isinstance(pages, list)  # a generator: pages are listed as they are written
     written = backfill.write_item_pages(s3, "out", "b2", "archive", "big/", page_items=300)
-    assert (written["pages"], written["items"]) == (4, 1000) and held == [300, 300, 300, 100]
+    assert (written["pages"], written["items"]) == (4, 1000) and held == [300, 300, 300, 100]  # batches of one

@@ -14,12 +14,14 @@ def register(subparsers) -> None:
         description="Runs the backfill state machine (stepfunctions/backfill.asl.json): every object under the prefix "
                     "is converted as a production granule of the product (its decided variant, under "
                     "products/<product>/ in the outputs bucket), counted on the PRODUCT item. On the local cloud the "
-                    "listing is written as pages of items first (moto reads one listing page); with --env, the "
-                    "deployed state machine lists the prefix itself and batches small granules.")
+                    "listing is written as pages of batches first (moto reads one listing page and has no ItemBatcher); "
+                    "with --env, the deployed state machine lists the prefix itself and batches small granules.")
     parser.add_argument("url", help="s3://bucket/prefix/ of the archive")
     parser.add_argument("--product", required=True, help="a decided product ('layoutlab product show NAME')")
     parser.add_argument("--env", help="a deployed environment: start layoutlab-ENV-backfill in AWS")
-    parser.add_argument("--batch", type=int, default=10, help="granules per child execution in AWS (ItemBatcher)")
+    parser.add_argument("--batch", type=int, default=10,
+                        help="granules per child execution, converted one after another by one task (ItemBatcher in "
+                             "AWS, the item pages locally; default 10)")
     parser.add_argument("--max-concurrency", type=int, default=None,
                         help="child executions at once (default: 1 locally, 100 in AWS)")
     parser.add_argument("--tolerated-failure-percentage", type=float, default=10.0)
@@ -67,11 +69,13 @@ def run(args) -> int:
         raise UserError(f"product {args.product!r} is not decided (studying): nothing converted")
     started = backfill.start_backfill(s3, sfn, location.bucket, prefix, args.product, page_items=args.page_items,
                                       max_concurrency=args.max_concurrency or 1,
-                                      tolerated_failure_percentage=args.tolerated_failure_percentage)
+                                      tolerated_failure_percentage=args.tolerated_failure_percentage,
+                                      batch=args.batch)
     if started["execution_arn"] is None:
         sys.stdout.write(f"nothing under {args.url}: no backfill started\n")
         return 0
-    sys.stdout.write(f"{started['items']} objects in {started['pages']} pages; started {started['execution_arn']}\n")
+    sys.stdout.write(f"{started['items']} objects in {started['pages']} pages of batches of up to {args.batch}; "
+                     f"started {started['execution_arn']}\n")
     if args.no_wait:
         return 0
     described = backfill.wait(sfn, started["execution_arn"])

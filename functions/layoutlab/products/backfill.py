@@ -6,7 +6,7 @@ execution gets ``{"Items": [<listed objects>], "BatchInput": {"product", "bucket
 ``convert_batch``. moto's interpreter reads one listing page and has no ItemBatcher, so locally the CLI
 writes the listing as pages of JSON items (``write_item_pages``, one page in memory at a time) and the
 same Map reads each page with ``s3:getObject`` (page after page: a Choice loop in the same file), each item
-wrapped as a batch of one.
+of a page one batch of up to ``batch_items`` listed objects, as ItemBatcher would have made it.
 
 Each granule is converted as a production granule of its product (``flow.plan_production``: the variant
 resolved for it, written under ``products/<product>/<dataset_id>/``, verified and published by its kind,
@@ -61,15 +61,21 @@ def listed_objects(s3, bucket: str, prefix: str, page_items: int = PAGE_ITEMS):
 
 
 def write_item_pages(s3, outputs_bucket: str, backfill_id: str, bucket: str, prefix: str,
-                     page_items: int = PAGE_ITEMS) -> dict:
-    """The local item list: ``runs/backfill/<id>/items-<n>.json`` (n from 1), one listing page at a time."""
-    pages = items = 0
+                     page_items: int = PAGE_ITEMS, batch_items: int = 1) -> dict:
+    """The local item list: ``runs/backfill/<id>/items-<n>.json`` (n from 1), one listing page at a time, each
+    page a JSON list of batches (lists of up to ``batch_items`` listed objects): the Map's children get a batch
+    each, as ItemBatcher gives them in AWS, so one task converts several small granules."""
+    if batch_items < 1:
+        raise UserError(f"backfill: a batch holds at least one granule, not {batch_items}")
+    pages = items = batches = 0
     for page in listed_objects(s3, bucket, prefix, page_items):
         pages += 1
         items += len(page)
-        s3.put_object(Bucket=outputs_bucket, Key=page_key(backfill_id, pages), Body=json.dumps(page).encode(),
+        page_batches = [page[i:i + batch_items] for i in range(0, len(page), batch_items)]
+        batches += len(page_batches)
+        s3.put_object(Bucket=outputs_bucket, Key=page_key(backfill_id, pages), Body=json.dumps(page_batches).encode(),
                       ContentType="application/json")
-    return {"pages": pages, "items": items, "key_prefix": f"{RUNS_PREFIX}{backfill_id}/"}
+    return {"pages": pages, "items": items, "batches": batches, "key_prefix": f"{RUNS_PREFIX}{backfill_id}/"}
 
 
 def page_key(backfill_id: str, page: int) -> str:
