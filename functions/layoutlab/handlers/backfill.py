@@ -3,9 +3,12 @@ state machine's Distributed Map child: ``{"Items": [...], "BatchInput": {"produc
 
 from __future__ import annotations
 
-from layoutlab.handlers._runtime import logger, metrics, results_store, s3_client, settings, tracer
+from layoutlab.handlers._runtime import (FOR_CONVERT_WORKERS, FOR_PLAN_WORKERS, import_for_workers, logger, metrics,
+                                         results_store, s3_client, settings, tracer)
 from layoutlab.pipeline.planning import PlanSettings
 from layoutlab.products.backfill import convert_batch
+
+import_for_workers(*FOR_PLAN_WORKERS, *FOR_CONVERT_WORKERS)
 
 
 @logger.inject_lambda_context(clear_state=True)

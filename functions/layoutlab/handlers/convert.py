@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from layoutlab import observability as obs
 from layoutlab.handlers._runtime import (
+    FOR_CONVERT_WORKERS,
     emit,
+    import_for_workers,
     logger,
     metrics,
     platform_memory_mb,
@@ -15,6 +17,8 @@ from layoutlab.handlers._runtime import (
 )
 from layoutlab.pipeline.payloads import ConvertTask
 from layoutlab.pipeline.variants import convert_variant
+
+import_for_workers(*FOR_CONVERT_WORKERS)
 
 
 def run(event: dict) -> dict:

@@ -4,11 +4,14 @@ round of cases (``phase: more_repetitions``), the next round's cases where a com
 
 from __future__ import annotations
 
-from layoutlab.handlers._runtime import logger, metrics, results_store, s3_client, settings, tracer
+from layoutlab.handlers._runtime import (FOR_PLAN_WORKERS, import_for_workers, logger, metrics, results_store,
+                                         s3_client, settings, tracer)
 from layoutlab.pipeline.payloads import (CASES_OF_MADE_VARIANTS, MORE_REPETITIONS, ExecutionInput, MadeVariantsInput,
                                          MoreRepetitionsInput)
 from layoutlab.pipeline.planning import PlanSettings
 from layoutlab.products.flow import plan_granule
+
+import_for_workers(*FOR_PLAN_WORKERS)
 
 
 @logger.inject_lambda_context(clear_state=True)
