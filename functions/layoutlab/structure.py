@@ -556,7 +556,7 @@ def open_location_stream(location: str, counter=None):
     import threading
 
     from layoutlab.hdf5_input import open_input
-    from layoutlab.storage import is_s3_url, s3fs_filesystem
+    from layoutlab.storage import aio_session, is_s3_url, s3fs_filesystem
 
     lock = threading.Lock()
 
@@ -569,12 +569,15 @@ def open_location_stream(location: str, counter=None):
         return read
 
     if is_s3_url(location):
+        # (a session of its own, with the process's parsed S3 models: in a forked worker, no instance or
+        # client of the parent's is usable, and parsing the models again cost most of a small file's read)
         if counter is not None:
             from layoutlab.bench.accounting import aiobotocore_session
 
-            fs = s3fs_filesystem(for_url=location, skip_instance_cache=True, session=aiobotocore_session(counter))
+            session = aio_session(aiobotocore_session(counter))
         else:
-            fs = s3fs_filesystem(for_url=location)
+            session = aio_session()
+        fs = s3fs_filesystem(for_url=location, skip_instance_cache=True, session=session)
         with fs.open(location, "rb", block_size=LARGE_FILE_BLOCK, cache_type="blockcache") as stream:
             if plan_block_size(stream.size) != stream.blocksize:  # (its size is known once open: one HEAD)
                 from fsspec.caching import BlockCache

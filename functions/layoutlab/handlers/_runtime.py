@@ -95,11 +95,16 @@ FOR_CONVERT_WORKERS = ("h5py", "s3fs", "zarr", "layoutlab.hdf5_input", "layoutla
 
 
 def import_for_workers(*modules: str) -> None:
-    """Import ``modules`` now, in the function's init, so its forked workers start with them loaded."""
+    """Import ``modules`` now, in the function's init, so its forked workers start with them loaded; with
+    s3fs among them, botocore's S3 models parsed too (``storage.botocore_data_loader``)."""
     import importlib
 
     for name in modules:
         importlib.import_module(name)
+    if "s3fs" in modules:
+        from layoutlab.storage import botocore_data_loader
+
+        botocore_data_loader()
 
 
 def platform_memory_mb() -> int | None:
