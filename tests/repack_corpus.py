@@ -15,6 +15,7 @@ benchmarks/corpus_repack.py (the outcome table in benchmarks/results/corpus_repa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -106,29 +107,37 @@ def layoutlab_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "layoutlab.cli"]
 
 
-def judge(name: str, workdir: Path) -> dict:
-    """One corpus file's outcome: ``class`` is one of preserved, silent-change, traceback,
-    wrongly-refused (h5repack repacked it), refused (h5repack refused it too), better (only we
-    repacked it, preserved), not-built (the .cdl does not build), bloated (output far larger than input)."""
+def prepare(name: str, workdir: Path) -> tuple[dict, Path | None]:
+    """A corpus file's row before layoutlab's copy: its input (built from a .cdl if it is one; None if that
+    does not build, the row then says so) and whether h5repack repacks it (the reference)."""
     workdir.mkdir(parents=True, exist_ok=True)
     row: dict = {"file": name}
     src = build_input(name, workdir)
     if isinstance(src, str):
         row.update({"class": "not-built", "reason": src})
-        return row
-    stem = Path(name).name.replace("/", "_")
-    ref_out, our_out = workdir / f"{stem}.h5repack.h5", workdir / f"{stem}.layoutlab.h5"
+        return row, None
+    ref_out = workdir / f"{Path(name).name}.h5repack.h5"
     status, _, err = _run(["h5repack", "-S", "PAGE", "-G", str(PAGE), str(src), str(ref_out)])
     row["h5repack"] = "ok" if status == 0 else "refused"
     if status:
         row["h5repack_error"] = (err.strip().splitlines() or [""])[0][:200]
+    ref_out.unlink(missing_ok=True)
+    return row, src
+
+
+def judge(name: str, workdir: Path) -> dict:
+    """One corpus file's outcome: ``class`` is one of preserved, silent-change, traceback,
+    wrongly-refused (h5repack repacked it), refused (h5repack refused it too), better (only we
+    repacked it, preserved), not-built (the .cdl does not build), bloated (output far larger than input)."""
+    row, src = prepare(name, workdir)
+    if src is None:
+        return row
+    our_out = workdir / f"{Path(name).name}.layoutlab.h5"
     env = dict(os.environ, LAYOUTLAB_STALL_SECONDS="30")
     status, out, err = _run([*layoutlab_command(), "repack", str(src), str(our_out), "--page-size", str(PAGE), "--verify"],
                             env=env)
     row["exit"] = status
     row["message"] = err.strip()[-400:]
-    for path in (ref_out,):
-        path.unlink(missing_ok=True)
     if "Traceback" in err or "Traceback" in out:
         row["class"] = "traceback"
         return row
@@ -136,6 +145,57 @@ def judge(name: str, workdir: Path) -> dict:
         row["class"] = "wrongly-refused" if row["h5repack"] == "ok" else "refused"
         row["reason"] = (err.strip().splitlines() or [""])[-1][:300]
         return row
+    return judge_copy(row, src, our_out)
+
+
+def judge_all(names: list[str], workdir: Path, jobs: int = 2, timeout: float = 1800) -> list[dict]:
+    """``judge`` for every file, with layoutlab's copies made as a user copies many files: one
+    ``layoutlab repack IN... --out-dir DIR --json`` run (one process start, ``jobs`` files at once) instead
+    of one process per file. Each input is linked under a name of its own (two corpus files share a name)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(jobs) as pool:
+        prepared = list(pool.map(lambda item: prepare(item[1], workdir / str(item[0])), enumerate(names)))
+    links: dict[int, Path] = {}
+    (workdir / "inputs").mkdir(parents=True, exist_ok=True)
+    for i, (_, src) in enumerate(prepared):
+        if src is not None:
+            links[i] = workdir / "inputs" / f"{i:03d}__{Path(src).name}"
+            links[i].symlink_to(Path(src).resolve())
+    env = dict(os.environ, LAYOUTLAB_STALL_SECONDS="30")
+    status, out, err = _run([*layoutlab_command(), "repack", *map(str, links.values()), "--out-dir",
+                             str(workdir / "outputs"), "--jobs", str(jobs), "--page-size", str(PAGE), "--verify",
+                             "--json"], timeout=timeout, env=env)
+    try:
+        records = {r["input"]: r for r in json.loads(out)["files"]}
+    except (ValueError, KeyError) as error:
+        raise AssertionError(f"layoutlab repack --out-dir gave no JSON report ({error}; exit {status}): "
+                             f"{err[-2000:]}") from None
+
+    def finish(item):
+        i, (row, src) = item
+        if src is None:
+            return row
+        record = records.get(str(links[i]))
+        if record is None:
+            return {**row, "class": "traceback", "message": f"not in the many-files report (exit {status})"}
+        if record.get("written"):
+            return judge_copy(row, src, Path(record["output"]))
+        error = record.get("error") or f"skipped: {record.get('skipped')}"
+        row["message"] = error[-400:]
+        if "Traceback" in error or "--- in the worker process ---" in error:
+            row["class"] = "traceback"
+        else:
+            row["class"] = "wrongly-refused" if row["h5repack"] == "ok" else "refused"
+            row["reason"] = error.strip().splitlines()[0][:300] if error.strip() else ""
+        return row
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(finish, enumerate(prepared)))
+
+
+def judge_copy(row: dict, src: Path, our_out: Path) -> dict:
+    """The row of a file layoutlab copied: its sizes, and its copy compared with it by ncdump or h5dump."""
     stat = our_out.stat()
     row["bytes_in"], row["bytes_out"], row["allocated_out"] = src.stat().st_size, stat.st_size, stat.st_blocks * 512
     if stat.st_size > 64 * src.stat().st_size + 64 * PAGE:

@@ -4,12 +4,11 @@ Every file is repacked by the CLI (verifying, as it does by default) and its out
 its input by ncdump / h5dump (tests/repack_corpus.py says what is normalised: record braces of
 unlimited -> fixed, attribute order where the input tracks no creation order, phony dimension
 names, values the input itself leaves undefined). Refusals are expected only where they are true,
-and their reason is asserted. Files run two at a time (~2-3 minutes on 2 cores).
+and their reason is asserted. One many-files run of the CLI (`layoutlab repack IN... --out-dir DIR`) copies
+them all, two at a time.
 """
 
 from __future__ import annotations
-
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -49,10 +48,10 @@ NOT_BUILT = {"netcdf-c-cdl/ncdump_ref_tst_econst2.cdl", "netcdf-c-cdl/ncdump_ref
 
 
 def test_every_corpus_file_is_preserved_or_refused_for_its_true_reason(tmp_path):
+    """Copied as a user copies many files: one ``layoutlab repack IN... --out-dir DIR`` run over the corpus."""
     names = repack_corpus.corpus_files()
     assert len(names) >= 160
-    with ThreadPoolExecutor(2) as pool:
-        rows = list(pool.map(lambda item: repack_corpus.judge(item[1], tmp_path / str(item[0])), enumerate(names)))
+    rows = repack_corpus.judge_all(names, tmp_path, jobs=2)
     wrong = []
     for row in rows:
         name = row["file"]
