@@ -33,7 +33,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from layoutlab.local import backfill  # noqa: E402
-from layoutlab.local.burst import peak_rss_mb  # noqa: E402
+from layoutlab.local.burst import peak_rss_mb, rss_mb  # noqa: E402
 from layoutlab.local.cloud import start_local_cloud  # noqa: E402
 from layoutlab.local.pipeline import LocalPipeline  # noqa: E402
 from layoutlab.products import flow, state  # noqa: E402
@@ -50,16 +50,6 @@ PLAN = {
     "platforms": ["local-lambda"],
     "repetitions": 1,
 }
-
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

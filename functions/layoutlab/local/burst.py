@@ -19,9 +19,14 @@ from pathlib import Path
 
 def peak_rss_mb(pid: int) -> float | None:
     """The process's peak resident memory (VmHWM), MiB; None where /proc does not say."""
+    return rss_mb(pid, "VmHWM")
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float | None:
+    """The process's resident memory now (``VmRSS``) or another field of /proc/PID/status in kB, MiB."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
