@@ -99,13 +99,18 @@ TOOLS = {
 }
 
 
-def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, tools=tuple(TOOLS)) -> dict:
+def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, tools=tuple(TOOLS),
+            floor: bool = False) -> dict:
     outputs = {tool: workdir / f"{src.stem}.{tool}.h5" for tool in ("h5repack", *tools)}
     argvs = {"h5repack": (["h5repack", "-S", "PAGE", "-G", str(page_size), str(src), str(outputs["h5repack"])], {})}
     for tool in tools:
         extra, env = TOOLS[tool]
         argvs[tool] = ([sys.executable, "-m", "layoutlab.cli", "repack", str(src), str(outputs[tool]),
                         "--page-size", str(page_size), "--json", *extra], env)
+    if floor:
+        # The verified copy's floor (issue 37): stock zlib inflating every stored chunk, one process per core;
+        # measured in the same rotation, so the floor is of this machine at this moment.
+        argvs["inflate_floor"] = ([sys.executable, str(REPO / "benchmarks" / "inflate_floor.py"), str(src), "--json"], {})
     runs = {tool: [] for tool in argvs}
     for repetition in range(repeat):
         # Who runs first rotates too: a run inherits the page-cache and free-memory state the
@@ -123,6 +128,11 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
             # other's writeback (1 GB outputs exceed the kernel's dirty limits).
             os.sync()
             result = measure(argv, env)
+            if tool == "inflate_floor":
+                floor_run = json.loads(result.pop("stdout"))
+                result["inflate_seconds"], result["chunks_inflated"] = floor_run["inflate_seconds"], floor_run["chunks_inflated"]
+                runs[tool].append(result)
+                continue
             if tool != "h5repack":
                 written = json.loads(result["stdout"])
                 result["in_process_seconds"] = written["seconds"]
@@ -140,9 +150,12 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
             "min_seconds": min(r["seconds"] for r in results),
             "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in results),
             "peak_rss_bytes": max(r["peak_rss_bytes"] for r in results),
-            "output_bytes": results[-1]["output_bytes"],
-            "size_overhead": results[-1]["output_bytes"] / input_bytes - 1,
         }
+        if tool == "inflate_floor":
+            row[tool]["median_inflate_seconds"] = statistics.median(r["inflate_seconds"] for r in results)
+            continue
+        row[tool]["output_bytes"] = results[-1]["output_bytes"]
+        row[tool]["size_overhead"] = results[-1]["output_bytes"] / input_bytes - 1
         if tool != "h5repack":
             row[tool]["time_ratio"] = row[tool]["median_seconds"] / reference
             # On a shared machine wall times of both tools swing 2-5x from run to run (page-cache and
@@ -150,6 +163,10 @@ def compare(name: str, src: Path, workdir: Path, page_size: int, repeat: int, to
             row[tool]["best_time_ratio"] = row[tool]["min_seconds"] / row["h5repack"]["min_seconds"]
             row[tool]["cpu_time_ratio"] = row[tool]["median_cpu_seconds"] / row["h5repack"]["median_cpu_seconds"]
     row["time_ratio"] = row[tools[0]]["time_ratio"]
+    if floor:
+        # The issue's floor: the larger of h5repack's time and the inflating (whole process, start included).
+        row["floor_seconds"] = max(reference, row["inflate_floor"]["median_seconds"])
+        row["verified_over_floor"] = row["layoutlab"]["median_seconds"] / row["floor_seconds"]
     for stale in outputs.values():
         stale.unlink(missing_ok=True)
     return row
@@ -238,6 +255,10 @@ def main(argv=None) -> int:
     parser.add_argument("--pipeline", action="store_true",
                         help="also time the pipeline's convert task (download, verified repack, publish) against "
                              "the same task with h5repack, through the local cloud")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the verified copy's floor in the same rotation (benchmarks/inflate_floor.py: "
+                             "stock zlib inflating every stored chunk, one process per core) and report the verified "
+                             "CLI over max(h5repack, that)")
     parser.add_argument("--json", default="benchmarks/results/bench_repack.json", help="where to write the results")
     args = parser.parse_args(argv)
     if not shutil.which("h5repack"):
@@ -250,7 +271,7 @@ def main(argv=None) -> int:
         ("GEOS-like NetCDF-4", ensure_geos(workdir / f"geos-{args.geos_steps}.nc", args.geos_steps)),
         ("ATL03-like HDF5", ensure_atl03(workdir / f"atl03-{args.atl03_photons}.h5", args.atl03_photons)),
     ]
-    rows = [compare(name, path, workdir, page_size, args.repeat) for name, path in inputs]
+    rows = [compare(name, path, workdir, page_size, args.repeat, floor=args.floor) for name, path in inputs]
     pipeline = [pipeline_compare(name, path, page_size, args.repeat) for name, path in inputs] if args.pipeline else []
     memory = (memory_check(workdir, args.memory_check_gb, page_size, args.keep, args.repeat)
               if args.memory_check_gb else None)
@@ -279,6 +300,11 @@ def main(argv=None) -> int:
                       if tool != "h5repack" else " " * 19)
             print(f"{row['input']:<22}{row['input_bytes'] / 1e9:>7.2f}GB  {tool:<22}{r['median_seconds']:>8.2f}"
                   f"{ratios}{r['size_overhead']:>+10.2%}{r['peak_rss_bytes'] / 1e6:>8.0f}MB")
+        if "floor_seconds" in row:
+            r = row["inflate_floor"]
+            print(f"{row['input']:<22}  inflate floor {r['median_seconds']:.2f} s (inflating {r['median_inflate_seconds']:.2f} s); "
+                  f"floor = max(h5repack, that) {row['floor_seconds']:.2f} s; verified over the floor "
+                  f"{row['verified_over_floor']:.2f}x")
     for row in pipeline:
         print(f"pipeline convert task, {row['input']}: download + repack --verify + publish "
               f"{row['median_seconds']['layoutlab']:.2f} s, with h5repack {row['median_seconds']['h5repack']:.2f} s, "
