@@ -82,7 +82,7 @@ def _reader_text(reader: str, s: dict) -> str:
         return ('xr.open_dataset(URL, engine="h5netcdf", phony_dims="access", chunks=None, '
                 f"storage_options={{...}}){cache}")
     if reader == "xarray-zarr":
-        return 'xr.open_zarr(URL, group=GROUP, consolidated=False, zarr_format=3, chunks=None, storage_options={...})'
+        return 'xr.open_zarr(URL, group=GROUP, zarr_format=3, chunks=None, storage_options={...})  # consolidated metadata read'
     if reader == "xarray-icechunk":
         session = (f'repo.readonly_session(snapshot_id="{s["snapshot"]}")' if s.get("snapshot")
                    else 'repo.readonly_session("main")')
