@@ -1422,6 +1422,12 @@ def _read_hdf5_region(dataset, start, stop, var: dict) -> np.ndarray:
     stored = var.get("stored_shape") or var["shape"]
     inside = [min(b, n) for b, n in zip(stop, stored)]
     if all(b == c for b, c in zip(stop, inside)):
+        if kind == "numeric":
+            from layoutlab.convert.direct_chunks import read_region
+
+            direct = read_region(dataset, start, stop)  # (None: h5py reads it, below)
+            if direct is not None:
+                return direct
         return source[tuple(slice(a, b) for a, b in zip(start, stop))]
     fill = _fill_from_metadata(var["metadata"], kind)
     out = np.full([b - a for a, b in zip(start, stop)], fill, dtype=object if kind == "string" else np.dtype(var["dtype"]))
