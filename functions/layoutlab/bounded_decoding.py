@@ -135,7 +135,7 @@ def _refuse(reason: str) -> int:
     return 0  # (HDF5: the filter failed; the read fails, nothing is truncated)
 
 
-def _inflate_bounded(data: bytes, bound: int) -> bytes | str:
+def inflate_bounded(data: bytes, bound: int) -> bytes | str:
     """The inflated bytes, or the reason they are refused; never more than ``bound + 1`` bytes held."""
     inflater = decompressobj()
     try:
@@ -159,7 +159,7 @@ def _filter(flags, cd_nelmts, cd_values, nbytes, buf_size, buf):
         return installed["hdf5_deflate"](flags, cd_nelmts, cd_values, nbytes, buf_size, buf)
     try:
         bound = getattr(_state, "bound", None) or MAX_CHUNK_BYTES
-        result = _inflate_bounded(ctypes.string_at(buf[0], nbytes), bound)
+        result = inflate_bounded(ctypes.string_at(buf[0], nbytes), bound)
         if isinstance(result, str):
             return _refuse(result)
         library = installed["library"]

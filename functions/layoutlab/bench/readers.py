@@ -548,7 +548,7 @@ class XarrayIcechunk(XarrayZarr):
     @property
     def settings(self):
         return {**IcechunkReader({}).settings, "library": "xarray+icechunk+zarr", "opened_by": "xarray (icechunk store)",
-                "chunks": None, "consolidated": False, "zarr_format": 3}
+                "chunks": None, "consolidated": self.open_options["consolidated"], "zarr_format": 3}
 
     def _source(self, url):
         import icechunk

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from layoutlab.bounded_decoding import _inflate_bounded
+from layoutlab.bounded_decoding import inflate_bounded
 
 DEFLATE, SHUFFLE = 1, 2  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE
 PIPELINES = ([DEFLATE], [SHUFFLE, DEFLATE])  # in the order HDF5 applies them when writing
@@ -49,7 +49,7 @@ def read_region(dataset, start, stop) -> np.ndarray | None:
         mask, stored = dataset.id.read_direct_chunk(origin)
         if mask:
             return None  # (a filter skipped for this chunk)
-        decoded = _inflate_bounded(stored, chunk_bytes)
+        decoded = inflate_bounded(stored, chunk_bytes)
         if isinstance(decoded, str) or len(decoded) != chunk_bytes:
             return None  # (h5py's read refuses it and says why)
         if unshuffle is not None:
