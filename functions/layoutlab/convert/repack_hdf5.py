@@ -192,6 +192,8 @@ class _Repacker:
         self.deferred_datasets = []  # source dataset paths whose values hold references
         self.unlinked: list[str] = []  # temporary paths of the copies of objects no link reaches
         self.attributes_seen: set[str] = set()  # paths whose attributes _copy_attributes copied
+        self.reference_datasets: set[str] = set()  # source paths of the datasets whose type holds references
+        self.walked: list = []  # walk_objects' (name, info, parent id, link name) of the source, once
         self.userblock = b""
         self.reordered_groups: set[str] = set()
         self.remade: set[str] = set()  # paths of datasets made anew (the others are H5Ocopy's copies)
@@ -276,10 +278,14 @@ class _Repacker:
         kinds: dict[str, int] = {}
         shared = [h5py.h5o.get_info(root.id).rc > 1]
 
-        for name, info, _, _ in walk_objects(self.src.id):
+        # (kept for the reference pass: the same objects, each under the same first path)
+        self.walked = list(walk_objects(self.src.id))
+        where: dict[str, tuple] = {}  # path -> (parent group id, link name, hard link count)
+        for name, info, parent, bname in self.walked:
             path = "/" + name
             if self.copied.setdefault((self.src_fileno, info.addr), path) == path:
                 kinds[path] = info.type
+                where[path] = (parent, bname, info.rc)
             if info.rc > 1 or info.type == h5py.h5o.TYPE_NAMED_DATATYPE:
                 shared[0] = True
         self._refuse_user_defined_links_in_the_root()
@@ -291,12 +297,18 @@ class _Repacker:
                 self.summary.groups += 1
             elif kind == h5py.h5o.TYPE_DATASET:
                 self.summary.datasets += 1
-                dataset = h5py.Dataset(h5py.h5d.open(self.src.id, path.encode("utf-8", "surrogateescape")))
-                plan = self._plan(dataset, path)
+                parent, bname, links = where[path]
+                dataset = h5py.Dataset(h5py.h5d.open(parent, bname))
+                dcpl = dataset.id.get_create_plist()  # (read once: _plan changes it into the copy's)
+                layout = dcpl.get_layout()
+                ftype = dataset.id.get_type()
+                if ftype.detect_class(h5py.h5t.REFERENCE):
+                    self.reference_datasets.add(path)
+                plan = self._plan(dataset, path, dcpl, layout, ftype, links)
                 if plan is not None:
                     plans[path] = plan
                     continue
-                if dataset.id.get_create_plist().get_layout() == h5py.h5d.CHUNKED:
+                if layout == h5py.h5d.CHUNKED:
                     self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
         if self.decoding is not None:  # (its child waits for this before decoding: the copy decodes these)
             self.decoding.leave_to_the_copy(path for path, plan in plans.items() if _values_decoded_by_copy(plan))
@@ -350,6 +362,7 @@ class _Repacker:
         way made with the source's creation properties and attributes, soft and external links made
         again, the datasets that change made once."""
         copypl = _copy_plist()
+        lcpls = {}  # character set of a link name -> link creation properties with it
         root = self.src["/"]
         self._copy_attributes(root.id, self.dst.id, root.id.get_create_plist(), "/")
 
@@ -368,8 +381,11 @@ class _Repacker:
             name, kind, _ = member
             bname = name.encode("utf-8", "surrogateescape")
             child = _join(src_path, name)
-            lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
-            lcpl.set_char_encoding(src_gid.links.get_info(bname).cset)
+            cset = src_gid.links.get_info(bname).cset
+            lcpl = lcpls.get(cset)
+            if lcpl is None:
+                lcpl = lcpls[cset] = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+                lcpl.set_char_encoding(cset)
             if kind == h5py.h5l.TYPE_SOFT:
                 dst_gid.links.create_soft(bname, src_gid.links.get_val(bname), lcpl=lcpl)
             elif kind == h5py.h5l.TYPE_EXTERNAL:
@@ -391,14 +407,17 @@ class _Repacker:
         if size:
             self.userblock = os.pread(self.src_fd, size, 0)
 
-    def _copy_attributes(self, src_id, dst_id, create_plist, path):
+    def _copy_attributes(self, src_id, dst_id, create_plist, path, count=None, tracked=None):
         """Every attribute of the source object ``src_id`` created on ``dst_id``: same type (a
         committed type is the destination's copy of it), same stored values (variable-length ones through
         HDF5's own memory form, so NULL stays NULL), in creation order when tracked, else in the
-        order HDF5 stores them."""
+        order HDF5 stores them. (``count`` and ``tracked``, when the caller knows them: the number of
+        attributes, and whether ``create_plist`` tracks their creation order.)"""
         self.attributes_seen.add(path)
-        count = _attribute_count(src_id)
-        tracked = _tracks_creation_order(create_plist, "get_attr_creation_order")
+        if count is None:
+            count = _attribute_count(src_id)
+        if tracked is None:
+            tracked = _tracks_creation_order(create_plist, "get_attr_creation_order")
         index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
         order = h5py.h5.ITER_INC if tracked else h5py.h5.ITER_NATIVE
         position = 0
@@ -431,18 +450,19 @@ class _Repacker:
         self.summary.notes.append("an anonymous committed datatype was copied as a plain type")
         return tid.copy()
 
-    def _plan(self, src: h5py.Dataset, path: str) -> dict | None:
+    def _plan(self, src: h5py.Dataset, path: str, dcpl, layout: int, ftype, links: int) -> dict | None:
         """How the dataset at ``path`` must be made anew (None: H5Ocopy's copy is right as it is);
-        what will change is recorded in the summary."""
-        dcpl = src.id.get_create_plist()
-        layout = dcpl.get_layout()
+        what will change is recorded in the summary. ``dcpl`` is the source's creation properties (a copy:
+        changed here into the new dataset's), ``layout`` its layout, ``ftype`` its stored type, ``links`` its
+        hard link count: each read once by the caller."""
         space = src.id.get_space()
         self._refuse_data_outside_the_file(path, dcpl, layout)
-        _refuse_new_style_references(self.src_path, path, src.id.get_type())
-        if space.get_simple_extent_type() == h5py.h5s.NULL:
+        _refuse_new_style_references(self.src_path, path, ftype)
+        extent_type = space.get_simple_extent_type()
+        if extent_type == h5py.h5s.NULL:
             return None
-        if space.get_simple_extent_type() == h5py.h5s.SCALAR:
-            return self._plan_scalar(src, path, dcpl, layout)
+        if extent_type == h5py.h5s.SCALAR:
+            return self._plan_scalar(src, path, dcpl, layout, ftype, links)
         shape = space.get_simple_extent_dims()
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
@@ -452,7 +472,7 @@ class _Repacker:
             dcpl.set_layout(h5py.h5d.CONTIGUOUS)
             self.summary.compact_to_contiguous.append(path)
             changed = True
-        fill_type = src.id.get_type()
+        fill_type = ftype
         if (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
                 and (fill_type.detect_class(h5py.h5t.VLEN) or _has_vlen_string(fill_type))):
             # H5Ocopy copies a variable-length fill value's global-heap address unchanged: the
@@ -478,9 +498,10 @@ class _Repacker:
             else:  # a zero-length dimension cannot be fixed with a chunked layout; nothing to page anyway
                 self.summary.unlimited_kept.append(path)
         plain_copy = False
+        missing = _missing_filters_of(dcpl) if dcpl.get_nfilters() else []  # (set_layout/set_chunk keep the filters)
         if layout == h5py.h5d.CHUNKED:
             new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
-            if new_chunks != src_chunks and path not in self.explicit_chunks and missing_filters(src):
+            if new_chunks != src_chunks and path not in self.explicit_chunks and missing:
                 # Rechunked by default, not by request, but its chunks cannot be decoded here (LZO, 305, in
                 # PyTables files): copied as stored instead, as h5repack does with a filter it cannot load;
                 # the note below says so. (--chunks for it is still refused: _require_filters.)
@@ -507,7 +528,7 @@ class _Repacker:
             changed = True
         if not changed:
             return None
-        if new_chunks == src_chunks and missing_filters(src):
+        if new_chunks == src_chunks and missing:
             # H5Dcreate needs every mandatory filter of the creation properties: without its plugin the
             # dataset cannot be made anew (h5repack copies it as it is too). Its stored chunks are copied.
             for done in (self.summary.unlimited_fixed, self.summary.compact_to_contiguous):
@@ -516,16 +537,17 @@ class _Repacker:
             if any(m is None for m in maxshape) and path not in self.summary.unlimited_kept:
                 self.summary.unlimited_kept.append(path)
             self.summary.notes.append(f"{path}: kept as it is{', not rechunked' if plain_copy else ''}: its chunks "
-                                      f"copied as stored (its filter {', '.join(missing_filters(src))} is not "
+                                      f"copied as stored (its filter {', '.join(missing)} is not "
                                       "installed here, and a dataset cannot be made anew without it)")
             return None
-        if h5py.h5o.get_info(src.id).rc > 1:
+        if links > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
             return None
         if new_chunks != src_chunks and math.prod(shape):
             self._require_filters(src, path)
         return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
-                "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src}
+                "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src,
+                "ftype": ftype, "attr_order_tracked": _tracks_creation_order(dcpl, "get_attr_creation_order")}
 
     def _refuse_data_outside_the_file(self, path, dcpl, layout):
         """A virtual dataset (its sources) or a dataset with external raw-data files keeps its data outside
@@ -552,9 +574,9 @@ class _Repacker:
                 raise UserError(f"{self.src_path}: /{name} is a user-defined link (link class {kind}) in the root "
                                 "group, which HDF5 cannot move into the copy without that class registered")
 
-    def _plan_scalar(self, src, path, dcpl, layout):
+    def _plan_scalar(self, src, path, dcpl, layout, ftype, links):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
-        fill_type = src.id.get_type()
+        fill_type = ftype
         vlen_fill = (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
                      and (fill_type.detect_class(h5py.h5t.VLEN) or _has_vlen_string(fill_type)))
         if layout == h5py.h5d.COMPACT:
@@ -562,10 +584,11 @@ class _Repacker:
             self.summary.compact_to_contiguous.append(path)
         elif not vlen_fill:
             return None
-        if h5py.h5o.get_info(src.id).rc > 1:
+        if links > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
             return None
-        return {"dcpl": dcpl, "scalar": True, "src": src}
+        return {"dcpl": dcpl, "scalar": True, "src": src, "ftype": ftype,
+                "attr_order_tracked": _tracks_creation_order(dcpl, "get_attr_creation_order")}
 
     def _make(self, path: str, plan: dict, replace=False, parent_id=None, lcpl=None):
         """The dataset at ``path`` made as ``plan`` says, with the source's attributes and values: in
@@ -575,22 +598,23 @@ class _Repacker:
         bname = name.encode("utf-8", "surrogateescape")
         if parent_id is None:
             parent_id = h5py.h5g.open(self.dst.id, (parent or "/").encode("utf-8", "surrogateescape"))
-        ftype = src.id.get_type()
+        ftype = plan["ftype"]
         if plan.get("scalar"):
             space = h5py.h5s.create(h5py.h5s.SCALAR)
         else:
             space = h5py.h5s.create_simple(tuple(plan["new_shape"]),
                                            tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
-        src_dcpl = src.id.get_create_plist()
         dcpl = plan["dcpl"]
-        if not _tracks_creation_order(src_dcpl, "get_attr_creation_order") and _attribute_count(src.id) > 1:
+        tracked = plan["attr_order_tracked"]
+        attributes = _attribute_count(src.id)
+        if not tracked and attributes > 1:
             # Readers that list attributes in creation order (netCDF) list an untracked object's in the order
             # its header stores them; a new header stores them where they fit, not in the order written.
             # Tracked in the copy, that order is the source's (copied in its stored order).
             dcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
         new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
                               dcpl=dcpl, lcpl=None if replace else lcpl)
-        self._copy_attributes(src.id, new, src_dcpl, path)
+        self._copy_attributes(src.id, new, None, path, count=attributes, tracked=tracked)
         if replace:
             parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
             parent_id.links.move(TMP_DATASET, parent_id, bname)
@@ -642,9 +666,12 @@ class _Repacker:
     def _collect_references(self):
         # Each object once, under the path the scan gave it (walk_objects' first path), opened relative to
         # its parent: opening each by its full path costs the square of the nesting depth.
+        # (attributes copied by _copy_attributes were looked at there; a dataset's type was looked at by run)
         root = [("", None, self.src.id, b".")]
-        for name, _, parent, bname in itertools.chain(root, walk_objects(self.src.id)):
+        for name, _, parent, bname in itertools.chain(root, self.walked):
             path = "/" + name
+            if path in self.attributes_seen and path not in self.reference_datasets:
+                continue
             oid = h5py.h5o.open(parent, bname)
             # (attributes copied by _copy_attributes were looked at there; only H5Ocopy's are looked at here)
             for attr_name in [] if path in self.attributes_seen else _attribute_names(oid):
@@ -653,7 +680,7 @@ class _Repacker:
                     _refuse_new_style_references(self.src_path, path, attr.get_type(), attr.get_name().decode(
                         "utf-8", "surrogateescape"))
                     self.deferred_attrs.append((oid, path.encode("utf-8", "surrogateescape"), attr.get_name()))
-            if h5py.h5i.get_type(oid) == h5py.h5i.DATASET and oid.get_type().detect_class(h5py.h5t.REFERENCE):
+            if path in self.reference_datasets:
                 self.deferred_datasets.append((h5py.Dataset(oid), self.dst[path]))
 
     def _current_extent(self, src: h5py.Dataset, shape, maxshape) -> tuple[int, ...]:
@@ -1265,7 +1292,7 @@ def _values_decoded_by_copy(plan: dict) -> bool:
     through HDF5's filters, rather than copying stored chunks or nothing (references, no values)."""
     if plan.get("scalar"):
         return False
-    ftype = plan["src"].id.get_type()
+    ftype = plan["ftype"]
     if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(plan["shape"]):
         return False
     return not (plan["layout"] == h5py.h5d.CHUNKED and plan["new_chunks"] == plan["src_chunks"]
@@ -1422,7 +1449,11 @@ def compare_files(a_path, b_path, block_bytes=BLOCK_BYTES, decode: bool = True, 
 
 def missing_filters(dataset: h5py.Dataset) -> list[str]:
     """The dataset's filters whose plugin this HDF5 cannot load, as "32004 (lz4)"."""
-    dcpl = dataset.id.get_create_plist()
+    return _missing_filters_of(dataset.id.get_create_plist())
+
+
+def _missing_filters_of(dcpl) -> list[str]:
+    """The filters of the dataset creation properties ``dcpl`` whose plugin this HDF5 cannot load."""
     missing = []
     for index in range(dcpl.get_nfilters()):
         code, _, _, name = dcpl.get_filter(index)
