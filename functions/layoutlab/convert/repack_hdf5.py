@@ -292,24 +292,30 @@ class _Repacker:
         # 2. What must change (COMPACT, unlimited, rechunked, variable-length fill value), decided
         # from the source alone.
         plans: dict[str, dict] = {}
+        # Opened without a chunk cache: most are copied as stored chunks or by H5Ocopy, and a cache's slot
+        # table, allocated at every open and freed at every close, was HDF5's largest allocation here (GEDI
+        # L2B: 1,302 datasets). A dataset whose values the copy decodes is opened again with the file's cache
+        # (_source_for_decoding).
+        uncached = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+        uncached.set_chunk_cache(1, 0, 1.0)
         for path, kind in kinds.items():
             if kind == h5py.h5o.TYPE_GROUP:
                 self.summary.groups += 1
             elif kind == h5py.h5o.TYPE_DATASET:
                 self.summary.datasets += 1
                 parent, bname, links = where[path]
-                dataset = h5py.Dataset(h5py.h5d.open(parent, bname))
-                dcpl = dataset.id.get_create_plist()  # (read once: _plan changes it into the copy's)
+                sid = h5py.h5d.open(parent, bname, dapl=uncached)  # (no h5py.Dataset: _plan wraps one if needed)
+                dcpl = sid.get_create_plist()  # (read once: _plan changes it into the copy's)
                 layout = dcpl.get_layout()
-                ftype = dataset.id.get_type()
+                ftype = sid.get_type()
                 if ftype.detect_class(h5py.h5t.REFERENCE):
                     self.reference_datasets.add(path)
-                plan = self._plan(dataset, path, dcpl, layout, ftype, links)
+                plan = self._plan(sid, path, dcpl, layout, ftype, links)
                 if plan is not None:
                     plans[path] = plan
                     continue
                 if layout == h5py.h5d.CHUNKED:
-                    self.summary.chunks_copied_raw += dataset.id.get_num_chunks()  # (H5Ocopy copies them undecoded)
+                    self.summary.chunks_copied_raw += sid.get_num_chunks()  # (H5Ocopy copies them undecoded)
         if self.decoding is not None:  # (its child waits for this before decoding: the copy decodes these)
             self.decoding.leave_to_the_copy(path for path, plan in plans.items() if _values_decoded_by_copy(plan))
         # 3. HDF5 copies every object, attribute, committed type, fill value, filter and stored chunk
@@ -450,20 +456,21 @@ class _Repacker:
         self.summary.notes.append("an anonymous committed datatype was copied as a plain type")
         return tid.copy()
 
-    def _plan(self, src: h5py.Dataset, path: str, dcpl, layout: int, ftype, links: int) -> dict | None:
+    def _plan(self, sid, path: str, dcpl, layout: int, ftype, links: int) -> dict | None:
         """How the dataset at ``path`` must be made anew (None: H5Ocopy's copy is right as it is);
         what will change is recorded in the summary. ``dcpl`` is the source's creation properties (a copy:
         changed here into the new dataset's), ``layout`` its layout, ``ftype`` its stored type, ``links`` its
-        hard link count: each read once by the caller."""
-        space = src.id.get_space()
+        hard link count: each read once by the caller; ``sid`` the source dataset's identifier."""
+        space = sid.get_space()
         self._refuse_data_outside_the_file(path, dcpl, layout)
         _refuse_new_style_references(self.src_path, path, ftype)
         extent_type = space.get_simple_extent_type()
         if extent_type == h5py.h5s.NULL:
             return None
         if extent_type == h5py.h5s.SCALAR:
-            return self._plan_scalar(src, path, dcpl, layout, ftype, links)
+            return self._plan_scalar(sid, path, dcpl, layout, ftype, links)
         shape = space.get_simple_extent_dims()
+        itemsize = ftype.get_size()  # (bytes per value as stored)
         maxshape = tuple(None if m == h5py.h5s.UNLIMITED else m for m in space.get_simple_extent_dims(True))
         src_chunks = dcpl.get_chunk() if layout == h5py.h5d.CHUNKED else None
         new_shape, new_maxshape, new_chunks = shape, maxshape, src_chunks
@@ -481,7 +488,7 @@ class _Repacker:
             changed = True
         if any(m is None for m in maxshape):
             if self.netcdf4:  # only NetCDF lets a variable be shorter than its (unlimited) dimension
-                new_shape = self._current_extent(src, shape, maxshape)
+                new_shape = self._current_extent(h5py.Dataset(sid), shape, maxshape)
             if all(n > 0 for n in new_shape):
                 new_maxshape = tuple(new_shape)
                 if layout == h5py.h5d.CHUNKED:
@@ -500,7 +507,7 @@ class _Repacker:
         plain_copy = False
         missing = _missing_filters_of(dcpl) if dcpl.get_nfilters() else []  # (set_layout/set_chunk keep the filters)
         if layout == h5py.h5d.CHUNKED:
-            new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
+            new_chunks = self._choose_chunks(path, shape, itemsize, src_chunks, new_maxshape)
             if new_chunks != src_chunks and path not in self.explicit_chunks and missing:
                 # Rechunked by default, not by request, but its chunks cannot be decoded here (LZO, 305, in
                 # PyTables files): copied as stored instead, as h5repack does with a filter it cannot load;
@@ -509,20 +516,20 @@ class _Repacker:
             elif new_chunks != src_chunks:
                 if padded_maxshape:  # rechunked anyway: the maximum that kept the stored chunks is not wanted
                     new_maxshape = tuple(new_shape)
-                    new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
+                    new_chunks = self._choose_chunks(path, shape, itemsize, src_chunks, new_maxshape)
                 if any(m is not None and m > n for m, n in zip(new_maxshape, new_shape)):
                     # Made anew with its maximum size, HDF5 would index every chunk that maximum can hold
                     # (a 100-value dataset that may grow to 1e11 values: an 80 GB file): fixed at its size.
                     self.summary.notes.append(f"{path}: fixed at its current size {tuple(new_shape)} "
                                               f"(its maximum size {tuple(new_maxshape)} is not kept when rechunked)")
                     new_maxshape = tuple(new_shape)
-                    new_chunks = self._choose_chunks(src, path, shape, src_chunks, new_maxshape)
+                    new_chunks = self._choose_chunks(path, shape, itemsize, src_chunks, new_maxshape)
                 dcpl.set_chunk(new_chunks)
                 changed = True
                 if math.prod(shape):
                     self.summary.rechunked[path] = {"from": list(src_chunks), "to": list(new_chunks)}
         elif path in self.explicit_chunks:
-            new_chunks = self._checked_explicit_chunks(path, src, new_maxshape)
+            new_chunks = self._checked_explicit_chunks(path, shape, itemsize, new_maxshape)
             dcpl.set_chunk(new_chunks)
             self.summary.rechunked[path] = {"from": None, "to": list(new_chunks)}
             changed = True
@@ -544,9 +551,9 @@ class _Repacker:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
             return None
         if new_chunks != src_chunks and math.prod(shape):
-            self._require_filters(src, path)
+            self._require_filters(dcpl, path)
         return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
-                "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "src": src,
+                "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "sid": sid,
                 "ftype": ftype, "attr_order_tracked": _tracks_creation_order(dcpl, "get_attr_creation_order")}
 
     def _refuse_data_outside_the_file(self, path, dcpl, layout):
@@ -574,7 +581,7 @@ class _Repacker:
                 raise UserError(f"{self.src_path}: /{name} is a user-defined link (link class {kind}) in the root "
                                 "group, which HDF5 cannot move into the copy without that class registered")
 
-    def _plan_scalar(self, src, path, dcpl, layout, ftype, links):
+    def _plan_scalar(self, sid, path, dcpl, layout, ftype, links):
         """A scalar dataset: made anew when COMPACT (-> CONTIGUOUS) or when its fill value is variable-length."""
         fill_type = ftype
         vlen_fill = (dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
@@ -587,13 +594,13 @@ class _Repacker:
         if links > 1:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
             return None
-        return {"dcpl": dcpl, "scalar": True, "src": src, "ftype": ftype,
+        return {"dcpl": dcpl, "scalar": True, "sid": sid, "ftype": ftype,
                 "attr_order_tracked": _tracks_creation_order(dcpl, "get_attr_creation_order")}
 
     def _make(self, path: str, plan: dict, replace=False, parent_id=None, lcpl=None):
         """The dataset at ``path`` made as ``plan`` says, with the source's attributes and values: in
         ``parent_id`` (the walk), or (``replace``) over H5Ocopy's copy of it."""
-        src = plan["src"]
+        sid = plan["sid"]
         parent, name = path.rsplit("/", 1)
         bname = name.encode("utf-8", "surrogateescape")
         if parent_id is None:
@@ -606,7 +613,7 @@ class _Repacker:
                                            tuple(h5py.h5s.UNLIMITED if m is None else m for m in plan["new_maxshape"]))
         dcpl = plan["dcpl"]
         tracked = plan["attr_order_tracked"]
-        attributes = _attribute_count(src.id)
+        attributes = _attribute_count(sid)
         if not tracked and attributes > 1:
             # Readers that list attributes in creation order (netCDF) list an untracked object's in the order
             # its header stores them; a new header stores them where they fit, not in the order written.
@@ -614,7 +621,7 @@ class _Repacker:
             dcpl.set_attr_creation_order(h5py.h5p.CRT_ORDER_TRACKED)
         new = h5py.h5d.create(parent_id, TMP_DATASET if replace else bname, self._file_type(ftype), space,
                               dcpl=dcpl, lcpl=None if replace else lcpl)
-        self._copy_attributes(src.id, new, None, path, count=attributes, tracked=tracked)
+        self._copy_attributes(sid, new, None, path, count=attributes, tracked=tracked)
         if replace:
             parent_id.unlink(bname)  # (its storage is freed: the copy below may reuse it)
             parent_id.links.move(TMP_DATASET, parent_id, bname)
@@ -622,12 +629,13 @@ class _Repacker:
         self.remade.add(path)
         if plan.get("scalar"):
             if not ftype.detect_class(h5py.h5t.REFERENCE):
-                _copy_selection(src, h5py.Dataset(new), ())
+                _copy_selection(h5py.Dataset(sid), h5py.Dataset(new), ())
             return
         shape, new_chunks = plan["shape"], plan["new_chunks"]
         if ftype.detect_class(h5py.h5t.REFERENCE) or not math.prod(shape):
             return  # (values holding references are written by the reference pass)
-        if _values_decoded_by_copy(plan) or not self._copy_raw_chunks(src, new):
+        if _values_decoded_by_copy(plan) or not self._copy_raw_chunks(sid, new, path):
+            src = self._source_for_decoding(path)
             dst = h5py.Dataset(new)
             block_chunks = tuple(new_chunks or shape)
             digest = None if _needs_walk(ftype) else hashlib.blake2b()  # (fixed-size values: bytes as read)
@@ -640,6 +648,10 @@ class _Repacker:
                 self.source_digests[path] = (tuple(shape), block_chunks, digest.digest())
             if self.progress:
                 self.progress(src.id.get_storage_size())
+
+    def _source_for_decoding(self, path: str) -> h5py.Dataset:
+        """The source dataset at ``path`` opened with the file's chunk cache (run opened it without one)."""
+        return h5py.Dataset(h5py.h5d.open(self.src.id, path.encode("utf-8", "surrogateescape")))
 
     def _restore_link_order(self):
         """A dataset made anew was linked last: its group's links moved out and back in the source's
@@ -654,8 +666,7 @@ class _Repacker:
                 hold.links.move(name, group, name)
             self.dst.id.unlink(TMP_HOLD)
 
-    def _require_filters(self, src, path):
-        dcpl = src.id.get_create_plist()
+    def _require_filters(self, dcpl, path):
         for index in range(dcpl.get_nfilters()):
             code, _, _, name = dcpl.get_filter(index)
             if not h5py.h5z.filter_avail(code):
@@ -719,12 +730,12 @@ class _Repacker:
             self.dimension_lengths[key] = max(scale.shape[0] if scale.shape else 0, _scale_length(scale))
         return self.dimension_lengths[key]
 
-    def _choose_chunks(self, src: h5py.Dataset, path, shape, chunks, new_maxshape) -> tuple[int, ...]:
+    def _choose_chunks(self, path, shape, itemsize: int, chunks, new_maxshape) -> tuple[int, ...]:
         if path in self.explicit_chunks:
-            return self._checked_explicit_chunks(path, src, new_maxshape)
+            return self._checked_explicit_chunks(path, shape, itemsize, new_maxshape)
         new = list(chunks)
         if self.target_chunk_bytes and shape and shape[0] > chunks[0]:
-            chunk_bytes = math.prod(chunks) * _itemsize(src)
+            chunk_bytes = math.prod(chunks) * itemsize
             factor = self.target_chunk_bytes // chunk_bytes
             if factor >= 2:
                 new[0] = min(shape[0], chunks[0] * factor)
@@ -734,28 +745,28 @@ class _Repacker:
                 new[axis] = limit
         return tuple(new)
 
-    def _checked_explicit_chunks(self, path, src, new_maxshape) -> tuple[int, ...]:
+    def _checked_explicit_chunks(self, path, shape, itemsize: int, new_maxshape) -> tuple[int, ...]:
         new = self.explicit_chunks[path]
-        if len(new) != len(src.shape):
-            raise UserError(f"--chunks {path}: {len(new)} values for a {len(src.shape)}-d dataset {src.shape}")
-        if math.prod(new) * _itemsize(src) > self.page_size:
+        if len(new) != len(shape):
+            raise UserError(f"--chunks {path}: {len(new)} values for a {len(shape)}-d dataset {tuple(shape)}")
+        if math.prod(new) * itemsize > self.page_size:
             raise UserError(f"--chunks {path}={','.join(map(str, new))}: "
-                            f"{math.prod(new) * _itemsize(src)} bytes, larger than the page size {self.page_size}")
+                            f"{math.prod(new) * itemsize} bytes, larger than the page size {self.page_size}")
         return tuple(min(c, m) if m is not None else c for c, m in zip(new, new_maxshape))
 
-    def _copy_raw_chunks(self, src: h5py.Dataset, dst_id) -> bool:
+    def _copy_raw_chunks(self, sid, dst_id, path: str) -> bool:
         """Stored chunk bytes copied as they are: no decompression, no recompression. False (nothing
         written) when a chunk is listed wholly beyond the shape: the listing is not where readers find
         the values (fastcopy_stored_chunks in _fastcopy.c says when), which are then copied decoded."""
         if self.fast:
-            done = fastcopy.copy_chunks(src.id, dst_id, self.src_fd, src.id.rank, READ_SPAN_BYTES,
+            done = fastcopy.copy_chunks(sid, dst_id, self.src_fd, sid.rank, READ_SPAN_BYTES,
                                         READ_GAP_BYTES, self.progress)
             if done is None:
                 return False
             self.summary.chunks_copied_raw += done[0]
             return True
         located = []
-        src.id.chunk_iter(lambda info: located.append((info.chunk_offset, info.filter_mask, info.byte_offset, info.size)))
+        sid.chunk_iter(lambda info: located.append((info.chunk_offset, info.filter_mask, info.byte_offset, info.size)))
         extent = dst_id.get_space().get_simple_extent_dims()
         if not _listed_within(located, extent):
             return False
@@ -771,7 +782,7 @@ class _Repacker:
                 self.read_buffer = bytearray(length)
             view = memoryview(self.read_buffer)[:length]
             if os.preadv(self.src_fd, [view], span_start) != length:
-                raise OSError(f"{src.name}: chunks up to byte {span_end} lie beyond the end of the file")
+                raise OSError(f"{path}: chunks up to byte {span_end} lie beyond the end of the file")
             for offset, mask, address, size in members:
                 write(offset, view[address - span_start : address - span_start + size], mask)
             done += span_end - span_start
@@ -782,12 +793,6 @@ class _Repacker:
             self.progress(done)
         self.summary.chunks_copied_raw += len(located)
         return True
-
-    def _copy_decoded(self, src: h5py.Dataset, dst: h5py.Dataset, new_chunks):
-        for selection in _blocks(src.shape, new_chunks or src.chunks, _itemsize(src)):
-            _copy_selection(src, dst, selection)
-        if self.progress:
-            self.progress(src.id.get_storage_size())  # progress counts stored (source) bytes
 
     # --- references -------------------------------------------------------------
 
