@@ -111,7 +111,12 @@ def repack_many(inputs: list[Path], outputs: list[Path], page_size: int | None, 
                 workers: int, report=None) -> list[FileResult]:
     """Repack each input into its output, up to ``workers`` at once, each in a guarded child; ``report(result)``
     is called for each file in the order given, as soon as it and those before it are done."""
-    from layoutlab.convert import repack_hdf5  # noqa: F401  (h5py and numpy, imported once: the children inherit them)
+    # What a child imports on its first repack, imported once here: the children inherit it (h5py and numpy;
+    # the modules repack imports when it runs, ~4 ms of each child's time on a small granule otherwise).
+    from layoutlab.convert import allocation, fastcopy, repack, repack_hdf5  # noqa: F401
+    fastcopy.available()  # (the C loops' library loaded and bound to h5py's libhdf5)
+    if options.get("verify"):
+        from layoutlab.convert import decode_check  # noqa: F401
     from layoutlab.convert.repack_common import partial_output_remover
     from layoutlab.guard import GuardedCallFailed, start_guarded
 
