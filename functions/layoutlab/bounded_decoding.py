@@ -38,7 +38,7 @@ except ImportError:
     from zlib import error as _inflate_error
 import zlib as _zlib
 
-DEFLATE, FLETCHER32 = 1, 3  # H5Z_FILTER_DEFLATE, H5Z_FILTER_FLETCHER32
+DEFLATE, SHUFFLE, FLETCHER32 = 1, 2, 3  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE, H5Z_FILTER_FLETCHER32
 H5Z_FLAG_REVERSE = 0x0100
 MAX_CHUNK_BYTES = (1 << 32) - 1  # HDF5 refuses to create a chunk of 4 GiB or more (H5Pset_chunk)
 

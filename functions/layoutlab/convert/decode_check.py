@@ -37,6 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from layoutlab.bounded_decoding import DEFLATE, SHUFFLE
 from layoutlab.bounded_decoding import within as bounded
 from layoutlab.convert.heap import set_malloc_thresholds
 from layoutlab.guard import GuardedCall, start_guarded
@@ -50,7 +51,6 @@ except ImportError:  # (a platform without ISA-L's wheel: the standard library's
 import zlib as _zlib
 
 INFLATE_ERRORS = (_inflate_error, _zlib.error)
-DEFLATE, SHUFFLE = 1, 2  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE
 INFLATE_WINDOW = 8 << 20  # decoded bytes held at once per worker (a chunk can decode to 4 GiB)
 # A dataset storing less than this is inflated by the walking thread itself: handing each of GEDI L2B's 1,225
 # one-chunk datasets (655 kB in all) to the pool took 1.6 s of CPU in queue hand-overs, inflating them ~0.2 s.

@@ -22,9 +22,8 @@ import math
 
 import numpy as np
 
-from layoutlab.bounded_decoding import inflate_bounded
+from layoutlab.bounded_decoding import DEFLATE, SHUFFLE, inflate_bounded
 
-DEFLATE, SHUFFLE = 1, 2  # H5Z_FILTER_DEFLATE, H5Z_FILTER_SHUFFLE
 PIPELINES = ([DEFLATE], [SHUFFLE, DEFLATE])  # in the order HDF5 applies them when writing
 
 

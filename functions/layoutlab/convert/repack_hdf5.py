@@ -551,7 +551,7 @@ class _Repacker:
             self.summary.notes.append(f"{path}: has more than one hard link; kept as it was")
             return None
         if new_chunks != src_chunks and math.prod(shape):
-            self._require_filters(dcpl, path)
+            self._require_filters(missing, path)
         return {"dcpl": dcpl, "layout": layout, "shape": shape, "new_shape": new_shape,
                 "new_maxshape": new_maxshape, "src_chunks": src_chunks, "new_chunks": new_chunks, "sid": sid,
                 "ftype": ftype, "attr_order_tracked": _tracks_creation_order(dcpl, "get_attr_creation_order")}
@@ -666,13 +666,11 @@ class _Repacker:
                 hold.links.move(name, group, name)
             self.dst.id.unlink(TMP_HOLD)
 
-    def _require_filters(self, dcpl, path):
-        for index in range(dcpl.get_nfilters()):
-            code, _, _, name = dcpl.get_filter(index)
-            if not h5py.h5z.filter_avail(code):
-                raise UserError(f"{self.src_path}: {path} is compressed with filter {code} "
-                                f"({name.decode(errors='replace') or 'unnamed'}), whose plugin is not installed "
-                                "here: it cannot be rechunked (a plain repack copies its chunks undecoded)")
+    def _require_filters(self, missing: list[str], path):
+        """Refused when a filter of the dataset to rechunk is not installed (``missing``: _missing_filters_of)."""
+        if missing:
+            raise UserError(f"{self.src_path}: {path} is compressed with filter {missing[0]}, whose plugin is not "
+                            "installed here: it cannot be rechunked (a plain repack copies its chunks undecoded)")
 
     def _collect_references(self):
         # Each object once, under the path the scan gave it (walk_objects' first path), opened relative to
