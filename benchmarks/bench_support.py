@@ -174,6 +174,16 @@ def floors(summary: dict, latency_ms: float, bandwidth_mbps: float) -> str:
             f"{transfer:.2f} s at {bandwidth_mbps:g} Mbit/s; CPU {summary.get('cpu_s') or 0:.2f} s")
 
 
+def fresh_bytecode() -> None:
+    """layoutlab's modules byte-compiled as they are now, before anything is timed. ``make`` compiles them
+    once, but a module edited since has an older cache, and where PYTHONDONTWRITEBYTECODE is set (as in the
+    sessions that write this code) every start compiles it again: ``layoutlab repack`` on TEMPO NO2 timed
+    0.20-0.26 s with repack_hdf5.py compiled at each start, 0.15-0.19 s from its cache."""
+    import compileall
+
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "functions" / "layoutlab"), quiet=1)
+
+
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -116,3 +116,30 @@ def test_json_lists_every_file(tmp_path, capsys):
     assert [f["written"] for f in record["files"]] == [True, False]
     assert record["files"][0]["verified"] is True and "no such file" in record["files"][1]["error"]
     assert (record["written"], record["failed"]) == (1, 1)
+
+
+def test_each_file_is_worked_on_by_a_process_that_cannot_read_the_callers_credentials(tmp_path, monkeypatch):
+    """What a crafted file could make its worker do is done without the cloud credentials of the shell that
+    ran ``layoutlab repack`` (the worker decodes the file's chunks itself, in many-files mode)."""
+    import layoutlab.convert.repack_many as many
+    from layoutlab.guard import _can_guard
+
+    if not _can_guard():
+        import pytest
+
+        pytest.skip("no fork here: files are repacked in the calling process")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "canary-token")
+    seen = tmp_path / "seen.txt"
+
+    def look(in_path, out_path, page_size, budget, options):  # (what the worker's environment holds)
+        seen.write_text(repr(sorted(k for k, v in os.environ.items() if v.startswith("canary"))) +
+                        f" check_here={options.get('check_here')}")
+        return ("skipped", "looked")
+
+    monkeypatch.setattr(many, "_repack_one", look)
+    src = _good(tmp_path / "in.h5", 1)
+    results = many.repack_many([src], [tmp_path / "out" / "in.h5"], PAGE, 0.0, {"verify": True}, workers=1)
+    assert results[0].skipped == "looked"
+    assert seen.read_text() == "[] check_here=True"
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] == "canary-secret"  # (the caller keeps its own)

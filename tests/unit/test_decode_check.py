@@ -81,11 +81,12 @@ def test_verify_decodes_beside_the_copy_and_reports_it(tmp_path):
     assert repack(src, tmp_path / "unverified.h5", page_size=65536).decode_check is None
 
 
-def test_a_damaged_input_chunk_stops_the_repack_and_nothing_is_written(tmp_path):
+@pytest.mark.parametrize("check_here", [False, True], ids=["check-beside", "check-here"])
+def test_a_damaged_input_chunk_stops_the_repack_and_nothing_is_written(tmp_path, check_here):
     src = _write(tmp_path / "in.h5", compression="gzip", shuffle=True)
     _damage_chunk(src, 12)
     with pytest.raises(BadInputFile, match=r"/v in \[120000:130000\] cannot be decoded \(damaged data\)"):
-        repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T)
+        repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T, check_here=check_here)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.h5"]
 
 
@@ -102,9 +103,10 @@ def _write_rechunked(path):
     return path
 
 
-def test_a_dataset_the_copy_decodes_whole_is_left_to_it_and_counted_apart(tmp_path):
+@pytest.mark.parametrize("check_here", [False, True], ids=["check-beside", "check-here"])
+def test_a_dataset_the_copy_decodes_whole_is_left_to_it_and_counted_apart(tmp_path, check_here):
     src = _write_rechunked(tmp_path / "in.h5")
-    summary = repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T)
+    summary = repack(src, tmp_path / "out.h5", page_size=65536, verify=True, chunks=RECHUNK_T, check_here=check_here)
     assert summary.verified and set(summary.rechunked) == {"/t"}
     report = summary.decode_check
     assert (report["datasets"], report["chunks"], report["by_copy_datasets"]) == (1, 20, 1)

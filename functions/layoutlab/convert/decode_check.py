@@ -117,8 +117,38 @@ class DecodeCheck:
         self._plan_read = self._plan_write = None
 
 
-def start(in_path) -> DecodeCheck:
-    """Start decoding every stored chunk of ``in_path`` in a guarded child (see the module's text)."""
+class DecodeCheckHere:
+    """The same check run in the calling process, once the copy asks for its verdict (``start(here=True)``).
+
+    For a caller that is itself a guarded child holding one input and no credentials: ``repack_many``'s
+    workers, each core already busy with a file of its own (the check's child would only take turns with
+    them). A crash or a spin there stops that child, which its parent reports as it would the check's own.
+    (A single small file gains nothing from it: beside the copy, on the other core, the check's child
+    cost no wall time; TEMPO NO2, 9 pairs: 1.00x.)"""
+
+    def __init__(self, in_path):
+        self._in_path = os.fspath(in_path)
+        self._left: frozenset | None = None
+
+    def leave_to_the_copy(self, paths) -> None:
+        if self._left is None:
+            self._left = frozenset(paths)
+
+    def result(self) -> DecodeReport:
+        self.leave_to_the_copy(())
+        # (one worker: the file's own core; the other cores are the other files' or the caller's)
+        return decode_every_chunk(self._in_path, workers=1, left_to_the_copy=self._left)
+
+    def cancel(self) -> None:
+        pass
+
+
+def start(in_path, here: bool = False) -> DecodeCheck | DecodeCheckHere:
+    """Start decoding every stored chunk of ``in_path`` in a guarded child (see the module's text); ``here``:
+    decoded in this process instead, after the copy (``DecodeCheckHere``: only for a caller that is a guarded
+    child without credentials)."""
+    if here:
+        return DecodeCheckHere(in_path)
     plan_read, plan_write = os.pipe()
     try:
         import fcntl

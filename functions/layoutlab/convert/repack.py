@@ -16,18 +16,21 @@ from layoutlab.errors import BadInputFile, UserError
 
 
 def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_chunk_bytes=None, chunks=None,
-           verify: bool = False, progress=None, copy_written=None) -> RepackSummary:
+           verify: bool = False, progress=None, copy_written=None, check_here: bool = False) -> RepackSummary:
     """Repack ``in_path`` into ``out_path`` with paged aggregation (see repack_hdf5.repack for the options).
 
     ``verify``: the copy is compared with the input after it is written, and every stored chunk of the
     input is decoded meanwhile, in a child process on the other core (convert/decode_check.py).
-    ``copy_written``: called with the written copy's path before it is verified (repack_hdf5.repack)."""
+    ``copy_written``: called with the written copy's path before it is verified (repack_hdf5.repack).
+    ``check_here``: the chunks decoded in this process, after the copy, not in a child beside it (for a
+    caller that is a guarded child without credentials: decode_check.DecodeCheckHere)."""
     in_path, out_path, page_size, target_chunk_bytes = checked_options(in_path, out_path, page_size,
                                                                         target_chunk_bytes)
     from layoutlab.convert.allocation import covering_allocation, short_allocation
 
     try:
-        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress, copy_written)
+        return _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress, copy_written,
+                       check_here)
     except UserError:
         # A superblock whose end of allocation lies before the end of the file, where HDF5 then refuses to
         # read objects: once more from a private copy recording the whole file as allocated
@@ -38,7 +41,7 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
     with covering_allocation(in_path, out_path.parent) as (source, note):
         try:
             summary = _repack(source, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
-                              copy_written)
+                              copy_written, check_here)
         except UserError as error:
             raise _naming(error, source, in_path) from None
     summary.input = str(in_path)
@@ -47,7 +50,7 @@ def repack(in_path, out_path, page_size: int | str = DEFAULT_PAGE_SIZE, target_c
 
 
 def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
-            copy_written=None) -> RepackSummary:
+            copy_written=None, check_here=False) -> RepackSummary:
     # h5py and numpy imported before the decode check's child is forked: it inherits them (imported after,
     # both processes paid the import, ~0.15 s of CPU each on a quiet machine: -X importtime showed it twice).
     from layoutlab.convert.repack_hdf5 import repack as write_copy
@@ -56,7 +59,7 @@ def _repack(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, pr
     if verify:
         from layoutlab.convert import decode_check
 
-        decoding = decode_check.start(in_path)
+        decoding = decode_check.start(in_path, here=check_here)
     try:
         return write_copy(in_path, out_path, page_size, target_chunk_bytes, chunks, verify, progress,
                           decoding=decoding, copy_written=copy_written)

@@ -2,7 +2,8 @@
 
 One process starts (and imports h5py and numpy) once; each file is repacked in its own guarded child
 (layoutlab/guard.py: a file that crashes or spins libhdf5 is that file's error, as for a single repack),
-forked from a parent that has already imported everything, so a file costs a fork, not a Python start.
+forked from a parent that has already imported everything, so a file costs a fork, not a Python start;
+the child holds no credentials and, verifying, decodes the file's chunks itself (no second child).
 Up to ``workers`` children run at once. A file that fails is reported and the others go on.
 """
 
@@ -144,8 +145,14 @@ def repack_many(inputs: list[Path], outputs: list[Path], page_size: int | None, 
         for in_path, out_path in zip(inputs, outputs):
             while len(in_flight) >= max(1, workers):
                 collect_oldest()
-            call = start_guarded(_repack_one, str(in_path), str(out_path), page_size, budget, options,
-                                 path=str(in_path), cleanup=partial_output_remover(out_path))
+            # Each file in a child of its own holding no credentials (a file's harm stays with it). Verified, the
+            # child decodes the file's chunks itself: every core already works on a file, so a child more per
+            # file (the single repack's decode check) only took turns with them and added its fork, page faults
+            # and exit to each file (20 GPM DPR granules, 2 jobs: 1.45 -> 1.11 s of CPU, 0.74x -> 0.63x a loop
+            # of h5repack + h5diff).
+            call = start_guarded(_repack_one, str(in_path), str(out_path), page_size, budget,
+                                 {**options, "check_here": bool(options.get("verify"))}, path=str(in_path),
+                                 cleanup=partial_output_remover(out_path), without_credentials=True)
             in_flight.append((in_path, out_path, time.perf_counter(), call))
         while in_flight:
             collect_oldest()
