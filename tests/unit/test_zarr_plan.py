@@ -143,3 +143,23 @@ def test_seed_grid_proportional_keeps_the_fraction_of_each_dimension():
     grid = seed_grid((240, 181, 288), mode="proportional")
     assert {g[0] for g in grid} == {1, 2, 6, 34, 67, 101, 240}  # v * 240 / 5136, at least 1, deduplicated
     assert {g[1] for g in grid} == {3, 13, 25, 181}
+
+
+def test_read_amplification_counts_every_unit_each_chunk_overlaps():
+    """The closed form the planner scores with counts what a walk over the chunks counts: for each chunk,
+    the units it overlaps (chunks and units both clipped at the array's end)."""
+    import random
+
+    from layoutlab.convert.rechunk_plan import _pairs_along, read_amplification
+
+    def walked(size, chunk, unit):
+        return sum((min(size, start + chunk) - 1) // unit - start // unit + 1 for start in range(0, size, chunk))
+
+    rng = random.Random(37)
+    cases = [(10, 3, 4), (12, 3, 4), (12, 4, 6), (1, 1, 1), (21_068, 1, 120), (100, 7, 100), (100, 100, 7)]
+    cases += [(rng.randint(1, 500), rng.randint(1, 60), rng.randint(1, 80)) for _ in range(2_000)]
+    for size, chunk, unit in cases:
+        assert _pairs_along(size, chunk, unit) == walked(size, chunk, unit), (size, chunk, unit)
+    # a unit of one chunk reads each chunk once; a unit straddling chunk boundaries reads some twice
+    assert read_amplification((100, 50), (10, 10), (10, 10)) == 1.0
+    assert read_amplification((100,), (10,), (15,)) == walked(100, 10, 15) / 10 == 1.3  # (15, 45, 75 inside chunks)

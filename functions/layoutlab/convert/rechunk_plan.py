@@ -152,12 +152,16 @@ def unit_memory(unit, read_block, write_block, itemsize, read_concurrency=1, wri
 
 
 def _pairs_along(size: int, chunk: int, unit: int) -> int:
-    """How many (unit, chunk) intervals overlap along one dimension of length ``size``."""
-    pairs = 0
-    for start in range(0, size, chunk):
-        stop = min(size, start + chunk)
-        pairs += (stop - 1) // unit - start // unit + 1
-    return pairs
+    """How many (unit, chunk) intervals overlap along one dimension of length ``size``.
+
+    Each chunk overlaps one unit, plus one more for every unit boundary inside it; a boundary (a multiple
+    of ``unit`` in (0, size)) lies inside a chunk unless it is also a chunk boundary (a multiple of both).
+    In closed form: a loop over the chunks took 4.4 of 12.8 s of CPU planning ERA5's t2m tiled to 2 GB
+    (21,068 one-record chunks, scored 351 times while the unit grows)."""
+    if size <= 0:
+        return 0
+    inner = size - 1  # (boundaries at 0 and at size begin or end no overlap)
+    return -(-size // chunk) + inner // unit - inner // math.lcm(unit, chunk)
 
 
 def read_amplification(shape, read_block, unit) -> float:
