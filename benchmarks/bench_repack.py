@@ -210,19 +210,63 @@ def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
 
         tasks = {"h5repack": h5repack_task, "layoutlab": layoutlab_task}
         seconds = {tool: [] for tool in tasks}
+        # Where the task's CPU goes: its own (this process's threads, its children: the repack's worker
+        # and check, h5repack) and the local cloud's, which serves the download and the upload on the same
+        # cores here (S3 does not, in AWS). What neither used of the cores during the task was idle.
+        cpu = {tool: {"task": [], "cloud": [], "idle": []} for tool in tasks}
         for repetition in range(repeat):
             for tool in (list(tasks) if repetition % 2 == 0 else list(tasks)[::-1]):
                 os.sync()
+                task_before, cloud_before = _own_cpu(), _process_tree_cpu(cloud.pid)
                 started = time.perf_counter()
                 tasks[tool]()
                 seconds[tool].append(time.perf_counter() - started)
+                task_cpu, cloud_cpu = _own_cpu() - task_before, _process_tree_cpu(cloud.pid) - cloud_before
+                cpu[tool]["task"].append(task_cpu)
+                cpu[tool]["cloud"].append(cloud_cpu)
+                cpu[tool]["idle"].append(len(os.sched_getaffinity(0)) * seconds[tool][-1] - task_cpu - cloud_cpu)
     finally:
         os.environ.clear()
         os.environ.update(saved)
         cloud.stop()
     medians = {tool: statistics.median(values) for tool, values in seconds.items()}
+    cpu_medians = {tool: {part: statistics.median(values) for part, values in parts.items()} for tool, parts in cpu.items()}
     return {"input": name, "input_bytes": src.stat().st_size, "page_size": page_size, "repeat": repeat,
-            "seconds": seconds, "median_seconds": medians, "time_ratio": medians["layoutlab"] / medians["h5repack"]}
+            "seconds": seconds, "median_seconds": medians, "time_ratio": medians["layoutlab"] / medians["h5repack"],
+            "cpu_seconds": cpu, "median_cpu_seconds": cpu_medians}
+
+
+def _own_cpu() -> float:
+    """User + system seconds of this process (every thread) and of the children it has waited for."""
+    import resource
+
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _process_tree_cpu(pid: int) -> float:
+    """User + system seconds of ``pid`` and the processes below it (live ones, and the exited ones they
+    waited for), as /proc has them now; 0 where there is no /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent_of, seconds = {}, {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat_file:
+                fields = stat_file.read().rsplit(")", 1)[1].split()
+        except OSError:  # (ended meanwhile)
+            continue
+        parent_of[int(entry)] = int(fields[1])
+        seconds[int(entry)] = sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    total = 0.0
+    for process, own in seconds.items():
+        ancestor = process
+        while ancestor not in (0, pid) and ancestor in parent_of:
+            ancestor = parent_of[ancestor]
+        if ancestor == pid:
+            total += own
+    return total
 
 
 def memory_check(workdir: Path, gigabytes: float, page_size: int, keep: bool, repeat: int) -> dict:
@@ -312,6 +356,10 @@ def main(argv=None) -> int:
         print(f"pipeline convert task, {row['input']}: download + repack --verify + publish "
               f"{row['median_seconds']['layoutlab']:.2f} s, with h5repack {row['median_seconds']['h5repack']:.2f} s, "
               f"ratio {row['time_ratio']:.2f} (median of {row['repeat']})")
+        for tool in ("layoutlab", "h5repack"):
+            part = row["median_cpu_seconds"][tool]
+            print(f"  {tool:<10} CPU s: the task {part['task']:.2f}, the local cloud {part['cloud']:.2f}; "
+                  f"cores left idle {part['idle']:.2f} core-s")
     if memory:
         timing = memory["timing"]
         print(f"memory check: {memory['input_bytes'] / 1e9:.2f} GB input, peak RSS {memory['peak_rss_bytes'] / 1e6:.0f} MB "
