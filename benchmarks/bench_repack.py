@@ -246,26 +246,21 @@ def _own_cpu() -> float:
 
 def _process_tree_cpu(pid: int) -> float:
     """User + system seconds of ``pid`` and the processes below it (live ones, and the exited ones they
-    waited for), as /proc has them now; 0 where there is no /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent_of, seconds = {}, {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat_file:
-                fields = stat_file.read().rsplit(")", 1)[1].split()
-        except OSError:  # (ended meanwhile)
-            continue
-        parent_of[int(entry)] = int(fields[1])
-        seconds[int(entry)] = sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    waited for), by psutil; 0 once ``pid`` is gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
     total = 0.0
-    for process, own in seconds.items():
-        ancestor = process
-        while ancestor not in (0, pid) and ancestor in parent_of:
-            ancestor = parent_of[ancestor]
-        if ancestor == pid:
-            total += own
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # (ended meanwhile)
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
