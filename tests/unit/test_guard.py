@@ -120,3 +120,55 @@ def test_running_out_of_memory_is_not_blamed_on_the_file():
         run_guarded(run_out_of_memory, path="x.h5")
     with pytest.raises(GuardedCallFailed, match="stopped .SIGKILL: out of memory"):
         run_guarded(killed_from_outside, path="x.h5")
+
+
+def _tree_waiting_for(release: str, started: str):
+    """A thread and a child process, all waiting for ``release`` to appear; ``started`` is written once
+    they are up. Returns the nice values of its own threads and of its child, seen from inside."""
+    import threading
+
+    def wait():
+        while not os.path.exists(release):
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    child = os.fork()
+    if child == 0:
+        wait()
+        os._exit(0)
+    with open(started, "w"):
+        pass
+    wait()
+    thread.join()
+    os.waitpid(child, 0)
+    return [os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread nice values are Linux's")
+def test_giving_way_lowers_every_thread_of_the_worker_and_of_its_children_and_not_the_caller(tmp_path):
+    """The convert task's worker gives way to the upload once the copy is written: every thread of the worker
+    and of the check it started must run at the lower priority, threads already running included (a nice
+    value is per thread on Linux), while the caller's own priority stays; and the work still finishes."""
+    import psutil
+
+    from layoutlab.guard import GIVE_WAY_NICENESS, start_guarded
+
+    release, started = tmp_path / "release", tmp_path / "started"
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    call = start_guarded(_tree_waiting_for, str(release), str(started), path="f.h5")
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.01)
+    worker = psutil.Process(call._child)
+    assert len(worker.children()) == 1 and worker.num_threads() >= 2
+    assert call.give_way() == worker.num_threads() + worker.children()[0].num_threads()
+    for process in (worker, *worker.children()):
+        for thread in process.threads():
+            assert os.getpriority(os.PRIO_PROCESS, thread.id) == GIVE_WAY_NICENESS
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+    release.touch()
+    assert set(call.result()) == {GIVE_WAY_NICENESS}
+    assert call.give_way() == 0  # reaped: nothing of someone else's is touched
