@@ -36,9 +36,6 @@ DEFAULT_STALL_SECONDS = None  # None: LAYOUTLAB_STALL_SECONDS, read when a guard
 # A spinning child is runnable (on a CPU or queued for one) nearly all the time; a child waiting
 # on I/O or a lock is not.
 BUSY_SHARE = 0.8
-# GuardedCall.give_way's nice value: weight 110 against 1,024 at 0 (the kernel's table), about a tenth
-# of a core where a core is contended, all of it where nothing else wants it.
-GIVE_WAY_NICENESS = 10
 POLL_SECONDS = 0.5
 
 
@@ -101,7 +98,6 @@ class GuardedCall:
                  deferred=None):
         self._path, self._stall, self._cleanup = path, stall, cleanup
         self._pid, self._read_end, self._deferred = pid, read_end, deferred
-        self._child = pid  # (kept after result() takes _pid: give_way may be called while it waits)
         self._answer: tuple | None = None
         self.isolation = None  # the child's sandbox.Isolation once it answered (when it was confined)
 
@@ -122,40 +118,6 @@ class GuardedCall:
 
     def _keep_isolation(self, isolation) -> None:
         self.isolation = isolation
-
-    def give_way(self, niceness: int = GIVE_WAY_NICENESS) -> int:
-        """Lower the CPU priority of the child and of every process it started, each of their threads: what
-        is left of its work is off the caller's critical path, and it should take only the cycles the
-        caller's work leaves. The convert task calls it when the copy is written and its upload starts: the
-        verification (comparison, decode check) then yields the cores to the upload, and to a local S3
-        server, and still takes every cycle they leave (the scheduler lends a lone niced task the whole
-        core, so nothing is lost where nothing else runs). Returns the threads made nicer (0: the child is
-        gone, or the system refused; the call then only runs as before)."""
-        if self._child is None:
-            return 0
-        import psutil
-
-        changed = 0
-        try:
-            child = psutil.Process(self._child)
-            if child.ppid() != os.getpid():  # (reaped, and its number given to someone else's process)
-                return 0
-            processes = [child, *child.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        for process in processes:
-            try:
-                # (Linux applies a nice value per thread; threads started later inherit their creator's)
-                threads = [thread.id for thread in process.threads()] or [process.pid]
-            except psutil.Error:
-                continue
-            for thread in threads:
-                try:
-                    os.setpriority(os.PRIO_PROCESS, thread, max(niceness, os.getpriority(os.PRIO_PROCESS, thread)))
-                    changed += 1
-                except OSError:  # gone since, or not ours to change
-                    pass
-        return changed
 
     def cancel(self) -> None:
         """Stop the child if it still runs (its answer is not wanted any more)."""

@@ -5,7 +5,6 @@ verified, the object made visible only on a clean verdict."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import h5py
@@ -13,7 +12,6 @@ import numpy as np
 import pytest
 
 from layoutlab.convert.repack_common import CopyDiffers
-from layoutlab.guard import GIVE_WAY_NICENESS
 from layoutlab.kinds import _transfer
 from layoutlab.pipeline.variants import convert_variant
 from layoutlab.storage import boto3_s3_client, s3fs_filesystem
@@ -22,27 +20,6 @@ from variant_helpers import PAGED_KEY, pipeline_buckets_and_table, record_s3_cal
 MiB = 2**20
 PART = 5 * MiB  # S3's smallest part: the multipart threshold scaled down so the path runs on a small file
 VERIFY_SECONDS = 8
-
-
-def _worker_priorities_after_giving_way(monkeypatch) -> list:
-    """Filled, each time the convert task makes its worker give way, with the nice values of the worker's
-    processes just after (read from this process, in the upload's thread: no thread of the test's own runs
-    while the task forks)."""
-    import psutil
-
-    from layoutlab.guard import GuardedCall
-
-    seen = []
-    give_way = GuardedCall.give_way
-
-    def recording(call, *args, **kwargs):
-        changed = give_way(call, *args, **kwargs)
-        worker = psutil.Process(call._child)
-        seen.append((changed, [process.nice() for process in (worker, *worker.children(recursive=True))]))
-        return changed
-
-    monkeypatch.setattr(GuardedCall, "give_way", recording)
-    return seen
 
 
 def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatch):
@@ -62,8 +39,6 @@ def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatc
         f.create_dataset("v", data=values, chunks=(MiB // 8,))
     task = uploaded_variant_task(s3, source)
     calls = record_s3_calls(s3)
-    gave_way = _worker_priorities_after_giving_way(monkeypatch)
-    mine = os.getpriority(os.PRIO_PROCESS, 0)
     done = convert_variant(task, s3=s3, store=store)
     variant = store.get_variant("ds", done["variant"])
 
@@ -75,10 +50,6 @@ def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatc
     assert s3.list_multipart_uploads(Bucket="outputs").get("Uploads", []) == []
     # the upload ran beside the verification, not after it
     assert variant["parts_sent_before_verdict"] == parts
-    # and the worker gave the cores to the upload meanwhile (the verdict is wanted only once the parts are up)
-    # (the worker and its decode check), once, when the copy was written; this process kept its own
-    [(changed, priorities)] = gave_way
-    assert changed >= 2 and set(priorities) == {GIVE_WAY_NICENESS} and os.getpriority(os.PRIO_PROCESS, 0) == mine
     # read back the way readers do (s3fs through the proxy), paged and whole
     with s3fs_filesystem().open(f"outputs/{PAGED_KEY}", "rb") as remote, h5py.File(remote, "r") as f:
         assert f.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE

@@ -81,11 +81,10 @@ class PublishOnVerdict:
     POLL_SECONDS = 0.05
 
     def __init__(self, s3, ready: Path, target: S3Location, part_bytes: int | None = None,
-                 threads: int | None = None, on_written=None):
+                 threads: int | None = None):
         import threading
 
         self._s3, self._ready, self._target = s3, Path(ready), target
-        self._on_written = on_written  # called once ``ready`` appears, before the first part goes
         self._part_bytes = part_bytes or PUBLISH_PART_BYTES
         self._threads = threads or PUBLISH_THREADS
         self._stop = threading.Event()
@@ -102,8 +101,6 @@ class PublishOnVerdict:
             while not self._ready.exists():
                 if self._stop.wait(self.POLL_SECONDS):
                     return
-            if self._on_written is not None:
-                self._on_written()
             size = self._ready.stat().st_size
             if size < self._part_bytes:
                 return  # one request after the verdict costs less than a multipart upload

@@ -118,9 +118,7 @@ class PagedKind(VariantKind):
                                      without_credentials=True, target_chunk_bytes=spec.get("target_chunk_bytes"),
                                      verify=True, copy_written=functools.partial(link_written_copy, ready),
                                      confine=([str(source)], [scratch]))
-                # (its thread starts after the fork). Once the copy is written, the upload is the task's
-                # critical path and the verification is not (until the upload ends): the worker gives way.
-                upload = PublishOnVerdict(s3, ready, target, on_written=call.give_way)
+                upload = PublishOnVerdict(s3, ready, target)  # (its thread starts after the fork)
                 summary = call.result()
             except BaseException as error:
                 if upload is not None:
