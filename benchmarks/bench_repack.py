@@ -177,7 +177,9 @@ def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
     published variant: the upload downloaded to scratch, repacked with --verify (the task always
     verifies), the copy published; against the same task with h5repack (unverified) in place of the
     repack, through the same download and publish. The local cloud (moto on 127.0.0.1, what the local
-    pipeline's tasks use, no emulated link: conversions are not what it slows) holds the objects."""
+    pipeline's tasks use, no emulated link: conversions are not what it slows) holds the objects.
+    Our task records where its time went (``phase_seconds``: downloaded, copy written, verdict, parts sent,
+    published), kept per run."""
     import tempfile
 
     import boto3
@@ -198,8 +200,8 @@ def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
         repack_paged = kind_named("repack-paged")
 
         def layoutlab_task():
-            repack_paged.convert({"uri": f"s3://bench/targets/{src.stem}-layoutlab.h5", "page_size": page_size},
-                                 dict(source), s3, None)
+            return repack_paged.convert({"uri": f"s3://bench/targets/{src.stem}-layoutlab.h5",
+                                         "page_size": page_size}, dict(source), s3, None)
 
         def h5repack_task():
             with tempfile.TemporaryDirectory(prefix="bench-h5repack-") as scratch:
@@ -214,13 +216,17 @@ def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
         # and check, h5repack) and the local cloud's, which serves the download and the upload on the same
         # cores here (S3 does not, in AWS). What neither used of the cores during the task was idle.
         cpu = {tool: {"task": [], "cloud": [], "idle": []} for tool in tasks}
+        phases = {tool: [] for tool in tasks if tool != "h5repack"}  # our task's record of where its time went
         for repetition in range(repeat):
-            for tool in (list(tasks) if repetition % 2 == 0 else list(tasks)[::-1]):
+            names = list(tasks)  # (rotated: each task runs first, second... in turn)
+            for tool in names[repetition % len(names):] + names[:repetition % len(names)]:
                 os.sync()
                 task_before, cloud_before = _own_cpu(), _process_tree_cpu(cloud.pid)
                 started = time.perf_counter()
-                tasks[tool]()
+                done = tasks[tool]()
                 seconds[tool].append(time.perf_counter() - started)
+                if tool in phases:
+                    phases[tool].append(done["phase_seconds"])
                 task_cpu, cloud_cpu = _own_cpu() - task_before, _process_tree_cpu(cloud.pid) - cloud_before
                 cpu[tool]["task"].append(task_cpu)
                 cpu[tool]["cloud"].append(cloud_cpu)
@@ -233,7 +239,10 @@ def pipeline_compare(name: str, src: Path, page_size: int, repeat: int) -> dict:
     cpu_medians = {tool: {part: statistics.median(values) for part, values in parts.items()} for tool, parts in cpu.items()}
     return {"input": name, "input_bytes": src.stat().st_size, "page_size": page_size, "repeat": repeat,
             "seconds": seconds, "median_seconds": medians, "time_ratio": medians["layoutlab"] / medians["h5repack"],
-            "cpu_seconds": cpu, "median_cpu_seconds": cpu_medians}
+            # each run of ours over h5repack's of the same repetition (the load drifts between repetitions)
+            "pairwise_ratio": {tool: statistics.median(ours / theirs for ours, theirs in zip(values, seconds["h5repack"]))
+                               for tool, values in seconds.items() if tool != "h5repack"},
+            "cpu_seconds": cpu, "median_cpu_seconds": cpu_medians, "phase_seconds": phases}
 
 
 def _own_cpu() -> float:
@@ -350,8 +359,13 @@ def main(argv=None) -> int:
     for row in pipeline:
         print(f"pipeline convert task, {row['input']}: download + repack --verify + publish "
               f"{row['median_seconds']['layoutlab']:.2f} s, with h5repack {row['median_seconds']['h5repack']:.2f} s, "
-              f"ratio {row['time_ratio']:.2f} (median of {row['repeat']})")
-        for tool in ("layoutlab", "h5repack"):
+              f"ratio {row['time_ratio']:.2f} (median of {row['repeat']}); pairwise: "
+              + ", ".join(f"{tool} {ratio:.3f}x" for tool, ratio in row["pairwise_ratio"].items()))
+        for tool, runs in row["phase_seconds"].items():
+            print(f"  {tool} phases (s from the task's start, median): " + ", ".join(
+                f"{phase} {statistics.median(run[phase] for run in runs):.2f}" for phase in runs[0]
+                if all(phase in run for run in runs)))
+        for tool in row["median_cpu_seconds"]:
             part = row["median_cpu_seconds"][tool]
             print(f"  {tool:<10} CPU s: the task {part['task']:.2f}, the local cloud {part['cloud']:.2f}; "
                   f"cores left idle {part['idle']:.2f} core-s")

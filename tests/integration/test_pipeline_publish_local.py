@@ -50,6 +50,12 @@ def test_a_multipart_publish_through_the_local_cloud(cloud, tmp_path, monkeypatc
     assert s3.list_multipart_uploads(Bucket="outputs").get("Uploads", []) == []
     # the upload ran beside the verification, not after it
     assert variant["parts_sent_before_verdict"] == parts
+    # the record says where the task's time went, in the order things happened
+    phases = {phase: float(at) for phase, at in variant["phase_seconds"].items()}
+    assert list(phases) == ["downloaded", "copy_written", "verdict", "parts_sent", "published"]
+    assert phases["downloaded"] <= phases["copy_written"] < phases["verdict"] <= phases["published"]
+    assert phases["copy_written"] < phases["parts_sent"] <= phases["published"]
+    assert phases["verdict"] - phases["copy_written"] >= VERIFY_SECONDS
     # read back the way readers do (s3fs through the proxy), paged and whole
     with s3fs_filesystem().open(f"outputs/{PAGED_KEY}", "rb") as remote, h5py.File(remote, "r") as f:
         assert f.id.get_create_plist().get_file_space_strategy()[0] == h5py.h5f.FSPACE_STRATEGY_PAGE

@@ -7,6 +7,7 @@ task's disk) and never written.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from layoutlab.errors import BadInputFile
@@ -93,6 +94,9 @@ class PublishOnVerdict:
         self._error: BaseException | None = None
         self._completing = False  # complete() was called: parts still unsent go now
         self.parts_before_verdict = 0  # parts sent before complete() was called (what the overlap saved)
+        # time.monotonic() when ``ready`` appeared and when the last part was sent (None: not, or not by parts)
+        self.written_at: float | None = None
+        self.parts_sent_at: float | None = None
         self._thread = threading.Thread(target=self._run, name="publish-on-verdict", daemon=True)
         self._thread.start()
 
@@ -101,6 +105,7 @@ class PublishOnVerdict:
             while not self._ready.exists():
                 if self._stop.wait(self.POLL_SECONDS):
                     return
+            self.written_at = time.monotonic()
             size = self._ready.stat().st_size
             if size < self._part_bytes:
                 return  # one request after the verdict costs less than a multipart upload
@@ -136,6 +141,7 @@ class PublishOnVerdict:
         count = -(-size // self._part_bytes)
         with ThreadPoolExecutor(self._threads, thread_name_prefix="publish-part") as pool:
             self._parts = list(pool.map(send, range(1, count + 1)))
+        self.parts_sent_at = time.monotonic()
 
     def complete(self, path: Path) -> None:
         """The copy was verified: finish the upload (parts not yet sent go now) and make the object

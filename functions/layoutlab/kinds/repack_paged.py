@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+import time
 from pathlib import Path
 
 from layoutlab.ceilings import PAGE_SIZE_ALWAYS_ALLOWED
@@ -92,9 +93,11 @@ class PagedKind(VariantKind):
         target = S3Location.parse(spec["uri"])
         budget = parse_budget(spec.get("size_budget", DEFAULT_BUDGET))
         page_size = spec.get("page_size", 8 * 2**20)
+        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="layoutlab-convert-") as scratch:
             original = f"s3://{source['bucket']}/{source['key']}"
             source = download(s3, source, scratch)
+            downloaded = time.monotonic()
             out = Path(scratch) / "variant.h5"
             # guarded: a damaged file that makes libhdf5 spin is stopped in a minute, not at the task's timeout
             if is_auto(page_size):
@@ -120,6 +123,7 @@ class PagedKind(VariantKind):
                                      confine=([str(source)], [scratch]))
                 upload = PublishOnVerdict(s3, ready, target)  # (its thread starts after the fork)
                 summary = call.result()
+                verdict = time.monotonic()
             except BaseException as error:
                 if upload is not None:
                     upload.abort()  # nothing of an unverified copy is published
@@ -130,12 +134,17 @@ class PagedKind(VariantKind):
                         from None
                 raise
             upload.complete(out)
+            published = time.monotonic()
         result = summary.to_dict()
         # Lists of dataset names can run to thousands (ATL03): keep counts, DynamoDB items are capped at 400 KB.
         # The notes stay text: a line or two.
         return {"repack": {k: (len(v) if isinstance(v, (list, dict)) and k not in ("notes", "decode_check") else v)
                            for k, v in result.items() if k not in ("input", "output")}, **paging,
                 "parts_sent_before_verdict": upload.parts_before_verdict,
+                # where the task's time went, seconds from its start: what is on its critical path
+                "phase_seconds": {phase: round(at - started, 3) for phase, at in (
+                    ("downloaded", downloaded), ("copy_written", upload.written_at), ("verdict", verdict),
+                    ("parts_sent", upload.parts_sent_at), ("published", published)) if at is not None},
                 **({"isolation": call.isolation.to_dict()} if call.isolation is not None else {})}
 
     def make_steps(self, variant, item, variants, steps_of):
