@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functions"))
 
 from layoutlab.convert.repack import repack  # noqa: E402
+from layoutlab.convert.repack_many import expand_inputs  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--page-size", type=int, default=8 << 20)
     args = parser.parse_args(argv)
-    files = sorted(p for p in args.in_dir.iterdir() if p.is_file())
+    files = expand_inputs([str(args.in_dir)])  # (the files the CLI would take from that directory)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     workers = []
     for job in range(args.jobs):
